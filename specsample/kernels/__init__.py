@@ -1,0 +1,1 @@
+"""Triton kernels. ``mrv2`` holds the pipeline; ``pre50939`` its pre-fix benchmark replica."""

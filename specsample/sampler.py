@@ -1,0 +1,103 @@
+"""The public sampler: ``specsample.rejection_sample``."""
+
+from __future__ import annotations
+
+import torch
+
+from .kernels import mrv2
+from .validation import check_inputs
+
+
+def rejection_sample(
+    target_logits: torch.Tensor,
+    draft_logits: torch.Tensor | None,
+    draft_sampled: torch.Tensor,
+    cu_num_logits: torch.Tensor,
+    pos: torch.Tensor,
+    idx_mapping: torch.Tensor,
+    expanded_idx_mapping: torch.Tensor,
+    expanded_local_pos: torch.Tensor,
+    temperature: torch.Tensor,
+    seed: torch.Tensor,
+    num_speculative_steps: int,
+    *,
+    synthetic_conditional_rates: torch.Tensor | None = None,
+    use_fp64: bool = False,
+    use_block_verification: bool = False,
+    validate: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Verify speculative drafts and sample one recovered or bonus token per request.
+
+    vLLM Model Runner V2's rejection sampler with PR #50939's placeholder fix, as six Triton
+    kernels (``specsample/kernels/mrv2.py``). Standard verification follows Leviathan et al.
+    (arXiv 2211.17192); ``use_block_verification`` follows Sun et al. (arXiv 2403.10444).
+
+    Parameters
+    ----------
+    target_logits : torch.Tensor
+        ``(num_logits, V)`` fp32/bf16/fp16, last stride 1. Target logits after the sampling
+        parameters (already divided by the temperature). Request ``r`` owns rows
+        ``cu_num_logits[r]:cu_num_logits[r+1]``; its last row is the bonus row.
+    draft_logits : torch.Tensor or None
+        ``(max_num_reqs, K, V_d)`` in the draft's LM-head dtype, *before* temperature (divided
+        by ``T`` on load). ``None`` means one-hot drafts (``q(d) = 1``). ``V := min(V, V_d)``.
+    draft_sampled : torch.Tensor
+        ``(num_logits,)`` int32/int64. Row ``c_r + j`` holds input token ``x_j``: the anchor at
+        ``j = 0``, then drafts ``d_1..d_n``. ``-1`` is a placeholder: never accepted, and nothing
+        after it is accepted.
+    cu_num_logits : torch.Tensor
+        ``(num_reqs + 1,)`` int32 prefix sums of rows per request.
+    pos : torch.Tensor
+        ``(num_logits,)`` absolute position of each row's input token; the RNG counter.
+    idx_mapping : torch.Tensor
+        ``(num_reqs,)`` int32 request -> request-state slot.
+    expanded_idx_mapping, expanded_local_pos : torch.Tensor
+        ``(num_logits,)`` int32 row -> slot and row -> local position ``j``.
+    temperature : torch.Tensor
+        ``(max_num_reqs,)`` fp32 per slot; ``0`` means greedy. Mixed values are allowed.
+    seed : torch.Tensor
+        ``(max_num_reqs,)`` int64 per-slot Philox seed.
+    num_speculative_steps : int
+        ``K``, the largest number of drafts per request.
+    synthetic_conditional_rates : torch.Tensor, optional
+        ``(K,)`` fp32: accept step ``i`` with probability ``rate[i]`` (benchmarking mode; not
+        with block verification).
+    use_fp64 : bool
+        fp64 Gumbel noise and block maxima in the resample step.
+    use_block_verification : bool
+        Block verification for non-greedy requests.
+    validate : bool
+        Check every argument first (one host read-back). Turn off only for inputs already
+        checked, e.g. inside timed loops.
+
+    Returns
+    -------
+    sampled : torch.Tensor
+        ``(num_reqs, K + 1)`` int64. Only ``sampled[r, :num_sampled[r]]`` is defined: accepted
+        drafts, then the recovered or bonus token.
+    num_sampled : torch.Tensor
+        ``(num_reqs,)`` int32: accepted drafts + 1.
+
+    Raises
+    ------
+    ValueError
+        Naming the argument, for a bad shape, dtype, device, token id, prefix sum, temperature
+        or rate, before any kernel is launched.
+
+    Examples
+    --------
+    >>> from specsample.workloads import Workload, make_inputs
+    >>> inputs = make_inputs(Workload(num_reqs=4, vocab_size=1000), device="cuda")
+    >>> sampled, num_sampled = rejection_sample(**inputs)
+    """
+    if validate:
+        check_inputs(
+            target_logits, draft_logits, draft_sampled, cu_num_logits, pos, idx_mapping,
+            expanded_idx_mapping, expanded_local_pos, temperature, seed, num_speculative_steps,
+            synthetic_conditional_rates, use_block_verification,
+        )  # fmt: skip
+    return mrv2.launch(
+        target_logits, draft_logits, draft_sampled, cu_num_logits, pos, idx_mapping,
+        expanded_idx_mapping, expanded_local_pos, temperature, seed, num_speculative_steps,
+        synthetic_conditional_rates, use_fp64, use_block_verification, placeholder_fix=True,
+    )  # fmt: skip
