@@ -24,6 +24,8 @@ Index width: every row or slot index is cast to int64 before it meets a stride, 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 import triton
 import triton.language as tl
@@ -603,136 +605,181 @@ def _insert_kernel(
 # ---------------------------------------------------------------------------------------------
 
 
-def launch(
-    target_logits: torch.Tensor,  # [N, V]
-    draft_logits: torch.Tensor | None,  # [max_num_reqs, K, V_d]
-    draft_sampled: torch.Tensor,  # [N]
-    cu_num_logits: torch.Tensor,  # [R + 1]
-    pos: torch.Tensor,  # [N]
-    idx_mapping: torch.Tensor,  # [R]
-    expanded_idx_mapping: torch.Tensor,  # [N]
-    expanded_local_pos: torch.Tensor,  # [N]
-    temperature: torch.Tensor,  # [max_num_reqs]
-    seed: torch.Tensor,  # [max_num_reqs]
-    num_speculative_steps: int,
-    synthetic_conditional_rates: torch.Tensor | None = None,  # [K]
-    use_fp64: bool = False,
-    use_block_verification: bool = False,
-    placeholder_fix: bool = True,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Run the six-kernel pipeline on inputs already checked by :mod:`specsample.validation`.
+class Pipeline:
+    """One ``rejection_sample`` call, split into its kernel launches.
 
-    ``placeholder_fix=False`` selects the pre-#50939 replica (benchmarking only).
+    ``__init__`` allocates the outputs and scratch buffers; :meth:`stages` lists the launches
+    in order as ``(name, zero-argument callable)`` so that each kernel can also be timed on its
+    own (``specsample.timing``); :meth:`run` launches them all. Inputs must already have been
+    checked by :mod:`specsample.validation`. ``placeholder_fix=False`` selects the pre-#50939
+    replica (benchmarking only).
     """
-    num_logits, vocab_size = target_logits.shape
-    num_reqs = idx_mapping.shape[0]
-    k = num_speculative_steps
-    has_draft_logits = draft_logits is not None
-    if has_draft_logits:
-        vocab_size = min(vocab_size, draft_logits.shape[-1])
-    synthetic = synthetic_conditional_rates is not None
-    device = target_logits.device
 
-    num_blocks = triton.cdiv(vocab_size, VOCAB_BLOCK_SIZE)
-    num_blocks_p2 = triton.next_power_of_2(num_blocks)
-    num_resample_blocks = triton.cdiv(vocab_size, RESAMPLE_BLOCK_SIZE)
+    def __init__(
+        self,
+        target_logits: torch.Tensor,  # [N, V]
+        draft_logits: torch.Tensor | None,  # [max_num_reqs, K, V_d]
+        draft_sampled: torch.Tensor,  # [N]
+        cu_num_logits: torch.Tensor,  # [R + 1]
+        pos: torch.Tensor,  # [N]
+        idx_mapping: torch.Tensor,  # [R]
+        expanded_idx_mapping: torch.Tensor,  # [N]
+        expanded_local_pos: torch.Tensor,  # [N]
+        temperature: torch.Tensor,  # [max_num_reqs]
+        seed: torch.Tensor,  # [max_num_reqs]
+        num_speculative_steps: int,
+        synthetic_conditional_rates: torch.Tensor | None = None,  # [K]
+        use_fp64: bool = False,
+        use_block_verification: bool = False,
+        placeholder_fix: bool = True,
+    ) -> None:
+        self.target_logits, self.draft_logits, self.draft_sampled = target_logits, draft_logits, draft_sampled
+        self.cu_num_logits, self.pos, self.idx_mapping = cu_num_logits, pos, idx_mapping
+        self.expanded_idx_mapping, self.expanded_local_pos = expanded_idx_mapping, expanded_local_pos
+        self.temperature, self.seed, self.k = temperature, seed, num_speculative_steps
+        self.use_fp64, self.use_block_verification, self.placeholder_fix = use_fp64, use_block_verification, placeholder_fix
+        self.num_logits, vocab_size = target_logits.shape
+        self.num_reqs = idx_mapping.shape[0]
+        self.has_draft_logits = draft_logits is not None
+        if self.has_draft_logits:
+            vocab_size = min(vocab_size, draft_logits.shape[-1])
+        self.vocab_size = vocab_size
+        self.synthetic = synthetic_conditional_rates is not None
+        device = target_logits.device
 
-    # ---- scratch: [N, nb] partials, [N] prefix ratios, [R] rejected-row LSEs
-    f32 = dict(dtype=torch.float32, device=device)
-    target_local_argmax = torch.empty(num_logits, num_blocks, dtype=torch.int64, device=device)
-    target_local_max = torch.empty(num_logits, num_blocks, **f32)
-    target_local_sumexp = torch.empty(num_logits, num_blocks, **f32)
-    if has_draft_logits:
-        draft_local_max = torch.empty(num_logits, num_blocks, **f32)
-        draft_local_sumexp = torch.empty(num_logits, num_blocks, **f32)
-        draft_strides = (draft_logits.stride(0), draft_logits.stride(1))
-        draft_arg = draft_logits
-    else:
-        # An absent tensor gets zero strides; HAS_DRAFT_LOGITS=False keeps it unread.
-        draft_local_max = draft_local_sumexp = target_local_max
-        draft_strides = (0, 0)
-        draft_arg = target_logits
-    cumulative_log_p = torch.empty(num_logits if use_block_verification else 1, **f32)
-    residual_needed = use_block_verification and has_draft_logits
-    local_residual_mass = torch.empty(num_logits, num_blocks, **f32) if residual_needed else target_local_max
-    rates = synthetic_conditional_rates if synthetic else temperature
-    target_rejected_lse = torch.empty(num_reqs, **f32)
-    draft_rejected_lse = torch.empty(num_reqs, **f32)
-    resample_dtype = torch.float64 if use_fp64 else torch.float32
-    resampled_local_max = torch.empty(num_reqs, num_resample_blocks, dtype=resample_dtype, device=device)
-    resampled_local_argmax = torch.empty(num_reqs, num_resample_blocks, dtype=torch.int64, device=device)
+        self.num_blocks = triton.cdiv(vocab_size, VOCAB_BLOCK_SIZE)
+        self.num_blocks_p2 = triton.next_power_of_2(self.num_blocks)
+        self.num_resample_blocks = triton.cdiv(vocab_size, RESAMPLE_BLOCK_SIZE)
+        n, nb, r, rb = self.num_logits, self.num_blocks, self.num_reqs, self.num_resample_blocks
 
-    # ---- outputs
-    sampled = torch.empty(num_reqs, k + 1, dtype=torch.int64, device=device)
-    num_sampled = torch.empty(num_reqs, dtype=torch.int32, device=device)
-    if num_reqs == 0:
-        return sampled, num_sampled
+        # ---- scratch: [N, nb] partials, [N] prefix ratios, [R] rejected-row LSEs, [R, rb] maxima
+        f32 = dict(dtype=torch.float32, device=device)
+        self.target_local_argmax = torch.empty(n, nb, dtype=torch.int64, device=device)
+        self.target_local_max = torch.empty(n, nb, **f32)
+        self.target_local_sumexp = torch.empty(n, nb, **f32)
+        if self.has_draft_logits:
+            self.draft_local_max = torch.empty(n, nb, **f32)
+            self.draft_local_sumexp = torch.empty(n, nb, **f32)
+            self.draft_strides = (draft_logits.stride(0), draft_logits.stride(1))
+            self.draft_arg = draft_logits
+        else:
+            # An absent tensor gets zero strides; HAS_DRAFT_LOGITS=False keeps it unread.
+            self.draft_local_max = self.draft_local_sumexp = self.target_local_max
+            self.draft_strides = (0, 0)
+            self.draft_arg = target_logits
+        self.cumulative_log_p = torch.empty(n if use_block_verification else 1, **f32)
+        residual_needed = use_block_verification and self.has_draft_logits
+        self.local_residual_mass = torch.empty(n, nb, **f32) if residual_needed else self.target_local_max
+        self.rates = synthetic_conditional_rates if self.synthetic else temperature
+        self.target_rejected_lse = torch.empty(r, **f32)
+        self.draft_rejected_lse = torch.empty(r, **f32)
+        resample_dtype = torch.float64 if use_fp64 else torch.float32
+        self.resampled_local_max = torch.empty(r, rb, dtype=resample_dtype, device=device)
+        self.resampled_local_argmax = torch.empty(r, rb, dtype=torch.int64, device=device)
+
+        # ---- outputs
+        self.sampled = torch.empty(r, self.k + 1, dtype=torch.int64, device=device)
+        self.num_sampled = torch.empty(r, dtype=torch.int32, device=device)
+
+    def stages(self) -> list[tuple[str, Callable[[], None]]]:
+        """The kernel launches of one call, in order, named as in spec section 2."""
+        if self.num_reqs == 0:
+            return []
+        stages = [("stats", self._stats)]
+        if self.use_block_verification:
+            stages.append(("cum_log_p", self._cumulative_log_p))
+            if self.has_draft_logits:
+                stages.append(("residual_mass", self._residual_mass))
+        stages += [("rejection", self._rejection), ("resample", self._resample), ("insert", self._insert)]
+        return stages
+
+    def run(self) -> tuple[torch.Tensor, torch.Tensor]:
+        for _, stage in self.stages():
+            stage()
+        return self.sampled, self.num_sampled
 
     # ---- 1. block stats of every non-bonus row
-    _local_stats_kernel[(num_logits, num_blocks)](
-        target_logits, target_logits.stride(0),
-        draft_arg, *draft_strides,
-        expanded_idx_mapping, expanded_local_pos, temperature,
-        target_local_argmax, target_local_max, target_local_sumexp,
-        draft_local_max, draft_local_sumexp, num_blocks,
-        vocab_size, k,
-        HAS_DRAFT_LOGITS=has_draft_logits, BLOCK_V=VOCAB_BLOCK_SIZE, num_warps=8,
-    )  # fmt: skip
-    if use_block_verification:
-        # ---- 2. prefix joint ratios log p_i, then 3. residual mass per vocab block
-        _cumulative_log_p_kernel[(num_reqs,)](
-            target_logits, target_logits.stride(0),
-            draft_arg, *draft_strides,
-            draft_sampled, cu_num_logits, idx_mapping, temperature,
-            target_local_max, target_local_sumexp, draft_local_max, draft_local_sumexp,
-            num_blocks, num_blocks,
-            cumulative_log_p,
-            HAS_DRAFT_LOGITS=has_draft_logits, PLACEHOLDER_FIX=placeholder_fix,
-            NUM_BLOCKS_P2=num_blocks_p2, num_warps=1,
+    def _stats(self) -> None:
+        _local_stats_kernel[(self.num_logits, self.num_blocks)](
+            self.target_logits, self.target_logits.stride(0),
+            self.draft_arg, *self.draft_strides,
+            self.expanded_idx_mapping, self.expanded_local_pos, self.temperature,
+            self.target_local_argmax, self.target_local_max, self.target_local_sumexp,
+            self.draft_local_max, self.draft_local_sumexp, self.num_blocks,
+            self.vocab_size, self.k,
+            HAS_DRAFT_LOGITS=self.has_draft_logits, BLOCK_V=VOCAB_BLOCK_SIZE, num_warps=8,
         )  # fmt: skip
-        if has_draft_logits:
-            _residual_mass_kernel[(num_logits, num_blocks)](
-                target_logits, target_logits.stride(0),
-                draft_arg, *draft_strides,
-                draft_sampled, expanded_idx_mapping, expanded_local_pos, temperature,
-                target_local_max, target_local_sumexp, draft_local_max, draft_local_sumexp,
-                num_blocks, num_blocks,
-                cumulative_log_p, local_residual_mass,
-                num_logits, vocab_size, k,
-                PLACEHOLDER_FIX=placeholder_fix, BLOCK_V=VOCAB_BLOCK_SIZE,
-                NUM_BLOCKS_P2=num_blocks_p2, num_warps=8,
-            )  # fmt: skip
+
+    # ---- 2. prefix joint ratios log p_i (block verification)
+    def _cumulative_log_p(self) -> None:
+        _cumulative_log_p_kernel[(self.num_reqs,)](
+            self.target_logits, self.target_logits.stride(0),
+            self.draft_arg, *self.draft_strides,
+            self.draft_sampled, self.cu_num_logits, self.idx_mapping, self.temperature,
+            self.target_local_max, self.target_local_sumexp, self.draft_local_max, self.draft_local_sumexp,
+            self.num_blocks, self.num_blocks,
+            self.cumulative_log_p,
+            HAS_DRAFT_LOGITS=self.has_draft_logits, PLACEHOLDER_FIX=self.placeholder_fix,
+            NUM_BLOCKS_P2=self.num_blocks_p2, num_warps=1,
+        )  # fmt: skip
+
+    # ---- 3. residual mass per vocab block (block verification with draft logits)
+    def _residual_mass(self) -> None:
+        _residual_mass_kernel[(self.num_logits, self.num_blocks)](
+            self.target_logits, self.target_logits.stride(0),
+            self.draft_arg, *self.draft_strides,
+            self.draft_sampled, self.expanded_idx_mapping, self.expanded_local_pos, self.temperature,
+            self.target_local_max, self.target_local_sumexp, self.draft_local_max, self.draft_local_sumexp,
+            self.num_blocks, self.num_blocks,
+            self.cumulative_log_p, self.local_residual_mass,
+            self.num_logits, self.vocab_size, self.k,
+            PLACEHOLDER_FIX=self.placeholder_fix, BLOCK_V=VOCAB_BLOCK_SIZE,
+            NUM_BLOCKS_P2=self.num_blocks_p2, num_warps=8,
+        )  # fmt: skip
+
     # ---- 4. accept/reject: tau per request into num_sampled
-    _rejection_kernel[(num_reqs,)](
-        sampled, sampled.stride(0), num_sampled,
-        target_rejected_lse, draft_rejected_lse,
-        target_logits, target_logits.stride(0),
-        draft_arg, *draft_strides,
-        draft_sampled, pos, cu_num_logits, idx_mapping, temperature, seed,
-        target_local_argmax, target_local_max, target_local_sumexp,
-        draft_local_max, draft_local_sumexp, local_residual_mass,
-        num_blocks, num_blocks,
-        cumulative_log_p, rates,
-        HAS_DRAFT_LOGITS=has_draft_logits, SYNTHETIC_MODE=synthetic,
-        USE_BLOCK_VERIFICATION=use_block_verification, PLACEHOLDER_FIX=placeholder_fix,
-        NUM_BLOCKS_P2=num_blocks_p2, num_warps=1,
-    )  # fmt: skip
-    # ---- 5. resample row c_r + tau per 1024-wide block, then 6. insert the winner
-    _resample_kernel[(num_reqs, num_resample_blocks)](
-        resampled_local_argmax, resampled_local_max, num_resample_blocks,
-        num_sampled, target_rejected_lse, draft_rejected_lse,
-        target_logits, target_logits.stride(0),
-        draft_arg, *draft_strides,
-        draft_sampled, pos, cumulative_log_p, cu_num_logits, idx_mapping, temperature, seed,
-        vocab_size,
-        HAS_DRAFT_LOGITS=has_draft_logits, USE_BLOCK_VERIFICATION=use_block_verification,
-        USE_FP64=use_fp64, PLACEHOLDER_FIX=placeholder_fix,
-        BLOCK_V=RESAMPLE_BLOCK_SIZE, num_warps=4,
-    )  # fmt: skip
-    _insert_kernel[(num_reqs,)](
-        sampled, sampled.stride(0), num_sampled,
-        resampled_local_argmax, resampled_local_max, num_resample_blocks, num_resample_blocks,
-        cu_num_logits, idx_mapping, temperature,
-        NUM_RESAMPLE_BLOCKS_P2=triton.next_power_of_2(num_resample_blocks), num_warps=1,
-    )  # fmt: skip
-    return sampled, num_sampled
+    def _rejection(self) -> None:
+        _rejection_kernel[(self.num_reqs,)](
+            self.sampled, self.sampled.stride(0), self.num_sampled,
+            self.target_rejected_lse, self.draft_rejected_lse,
+            self.target_logits, self.target_logits.stride(0),
+            self.draft_arg, *self.draft_strides,
+            self.draft_sampled, self.pos, self.cu_num_logits, self.idx_mapping, self.temperature, self.seed,
+            self.target_local_argmax, self.target_local_max, self.target_local_sumexp,
+            self.draft_local_max, self.draft_local_sumexp, self.local_residual_mass,
+            self.num_blocks, self.num_blocks,
+            self.cumulative_log_p, self.rates,
+            HAS_DRAFT_LOGITS=self.has_draft_logits, SYNTHETIC_MODE=self.synthetic,
+            USE_BLOCK_VERIFICATION=self.use_block_verification, PLACEHOLDER_FIX=self.placeholder_fix,
+            NUM_BLOCKS_P2=self.num_blocks_p2, num_warps=1,
+        )  # fmt: skip
+
+    # ---- 5. resample row c_r + tau per 1024-wide block
+    def _resample(self) -> None:
+        _resample_kernel[(self.num_reqs, self.num_resample_blocks)](
+            self.resampled_local_argmax, self.resampled_local_max, self.num_resample_blocks,
+            self.num_sampled, self.target_rejected_lse, self.draft_rejected_lse,
+            self.target_logits, self.target_logits.stride(0),
+            self.draft_arg, *self.draft_strides,
+            self.draft_sampled, self.pos, self.cumulative_log_p, self.cu_num_logits, self.idx_mapping,
+            self.temperature, self.seed,
+            self.vocab_size,
+            HAS_DRAFT_LOGITS=self.has_draft_logits, USE_BLOCK_VERIFICATION=self.use_block_verification,
+            USE_FP64=self.use_fp64, PLACEHOLDER_FIX=self.placeholder_fix,
+            BLOCK_V=RESAMPLE_BLOCK_SIZE, num_warps=4,
+        )  # fmt: skip
+
+    # ---- 6. insert the winning block's token; num_sampled = tau + 1
+    def _insert(self) -> None:
+        _insert_kernel[(self.num_reqs,)](
+            self.sampled, self.sampled.stride(0), self.num_sampled,
+            self.resampled_local_argmax, self.resampled_local_max,
+            self.num_resample_blocks, self.num_resample_blocks,
+            self.cu_num_logits, self.idx_mapping, self.temperature,
+            NUM_RESAMPLE_BLOCKS_P2=triton.next_power_of_2(self.num_resample_blocks), num_warps=1,
+        )  # fmt: skip
+
+
+def launch(*args, **kwargs) -> tuple[torch.Tensor, torch.Tensor]:
+    """Allocate and run one :class:`Pipeline` (same arguments)."""
+    return Pipeline(*args, **kwargs).run()
