@@ -535,7 +535,7 @@ def _resample_kernel(
         if temperature != 0.0:
             gseed = tl.randint(tl.load(seed_ptr + slot), tl.load(pos_ptr + row).to(tl.int32))
             w0, w1, _, _ = tl.randint4x(gseed, offs.to(tl.int32))
-            bits = (w0.to(tl.uint64) << 32) | w1.to(tl.uint64)
+            bits = (w1.to(tl.uint64) << 32) | w0.to(tl.uint64)  # word 1 high (specsample.rng.rand64)
             u = tl.maximum(bits.to(tl.float64) * 5.421010862427522e-20, 2.2250738585072014e-308)
             rho64 = rho64 - tl.log(-tl.log(u))
         rho64 = tl.where(mask, rho64, float("-inf"))

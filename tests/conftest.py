@@ -1,0 +1,26 @@
+"""Test set-up: Triton's interpreter on machines without CUDA, and the device fixture.
+
+TRITON_INTERPRET must be set before any ``@triton.jit`` function is defined, i.e. before
+``specsample.kernels`` is imported; conftest is imported first.
+"""
+
+import os
+import warnings
+
+import pytest
+import torch
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+# The interpreter evaluates both sides of tl.where; NaN/inf from the discarded side is expected.
+warnings.filterwarnings("ignore", category=RuntimeWarning, module="triton")
+
+HAS_CUDA = torch.cuda.is_available()
+gpu = pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU (runs on the H200 box)")
+
+
+@pytest.fixture(scope="session")
+def device() -> str:
+    """Where kernel tests run: CUDA when present, else CPU tensors under the interpreter."""
+    return "cuda" if HAS_CUDA else "cpu"
