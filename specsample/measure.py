@@ -1,0 +1,117 @@
+"""Workload -> variant -> timed call: the measurements behind the asv suite and the CLI.
+
+Each function builds the workload once per input copy (cold L2 rotates copies, see
+:mod:`specsample.timing`), prepares every variant outside the timed region, and times on the
+GPU timeline. Variants compared at one point are timed in one process with their samples
+interleaved, so their ratio is not skewed by clock drift.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from . import variants
+from .grid import STAGES
+from .kernels import mrv2 as mrv2_kernels
+from .timing import Timing, TimingConfig, copies_for_cold_l2, measure_interleaved
+from .workloads import Workload, bytes_required, make_inputs
+
+# The eager reference syncs with the host per request and step: a few samples of one call
+# each are enough to see it is orders of magnitude slower, and keep the sweep short.
+EAGER_CONFIG = TimingConfig(calls_per_sample=1, num_samples=5, use_graph=False)
+
+
+def _input_bytes(inputs: dict) -> int:
+    return sum(x.numel() * x.element_size() for x in inputs.values() if isinstance(x, torch.Tensor))
+
+
+def input_copies(w: Workload, l2: str, device: str = "cuda") -> list[dict]:
+    """Independent copies of ``w``'s inputs; enough of them to defeat the L2 when ``l2="cold"``."""
+    first = make_inputs(w, device=device)
+    copies = [first]
+    for _ in range(copies_for_cold_l2(_input_bytes(first), l2) - 1):
+        copies.append({k: (x.clone() if isinstance(x, torch.Tensor) else x) for k, x in first.items()})
+    return copies
+
+
+def _rotating(config: TimingConfig, copies: int) -> TimingConfig:
+    """``config`` with enough calls per sample to rotate through every input copy."""
+    return TimingConfig(config.l2, max(config.calls_per_sample, copies), config.num_samples, config.use_graph)
+
+
+def measure_variants(
+    names: Sequence[str], w: Workload, config: TimingConfig = TimingConfig()
+) -> dict[str, Timing | str]:
+    """Time each variant on ``w`` (interleaved); an unsupported variant maps to its reason."""
+    copies = input_copies(w, config.l2)
+    result: dict[str, Timing | str] = {}
+    graphed: dict[str, list] = {}
+    for name in names:
+        v = variants.get(name)
+        reason = v.unsupported(w)
+        if reason:
+            result[name] = reason
+            continue
+        prepared = [v.prepare(w, inputs=inputs) for inputs in copies]
+        if prepared[0].graph_capturable:
+            graphed[name] = [p.call for p in prepared]
+        else:  # timed alone: its host syncs would stall the interleaved graphs anyway
+            result[name] = measure_interleaved({name: [prepared[0].call]}, EAGER_CONFIG)[name]
+    if graphed:
+        result.update(measure_interleaved(graphed, _rotating(config, len(copies))))
+    for name, t in result.items():
+        if isinstance(t, Timing):
+            t.extra["bytes_required"] = bytes_required(w)
+    return {name: result[name] for name in names}
+
+
+STAGE_VARIANTS = {"mrv2": True, "mrv2-pre50939": False}  # name -> placeholder_fix
+
+
+def measure_stages(names: Sequence[str], w: Workload, config: TimingConfig = TimingConfig()) -> dict[tuple[str, str], Timing]:
+    """Time each kernel of the pipeline on its own, per variant, interleaving the variants.
+
+    Stages are timed in pipeline order on buffers left by a full run, so each stage sees the
+    intermediates it reads. Every stage is idempotent except ``insert`` (it increments
+    ``num_sampled``): its calls restore ``num_sampled`` to tau first, so the insert timing
+    includes one ``R``-element copy.
+    """
+    copies = input_copies(w, config.l2)
+    pipelines = {}
+    for name in names:
+        if name not in STAGE_VARIANTS:
+            raise variants.NotSupported(f"per-kernel timing covers {tuple(STAGE_VARIANTS)}, not {name!r}")
+        pipes = [mrv2_kernels.Pipeline(**inputs, placeholder_fix=STAGE_VARIANTS[name]) for inputs in copies]
+        for p in pipes:
+            for _, stage in p.stages()[:-1]:  # everything up to insert: num_sampled holds tau
+                stage()
+        pipelines[name] = pipes
+    torch.cuda.synchronize()
+    saved_tau = {name: [p.num_sampled.clone() for p in pipes] for name, pipes in pipelines.items()}
+    cfg = _rotating(config, len(copies))
+    out: dict[tuple[str, str], Timing] = {}
+    for stage in STAGES:
+        ops = {}
+        for name, pipes in pipelines.items():
+            calls = []
+            for p, tau in zip(pipes, saved_tau[name]):
+                fn = dict(p.stages()).get(stage)
+                if fn is None:
+                    break
+                calls.append(_restoring(p, tau, fn) if stage == "insert" else fn)
+            if calls:
+                ops[name] = calls
+        if ops:
+            for name, t in measure_interleaved(ops, cfg).items():
+                out[(name, stage)] = t
+    return out
+
+
+def _restoring(pipeline: mrv2_kernels.Pipeline, tau: torch.Tensor, insert):
+    def call():
+        pipeline.num_sampled.copy_(tau)
+        insert()
+
+    return call
