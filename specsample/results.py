@@ -1,0 +1,549 @@
+"""asv result files to one tidy DataFrame: the seam between the benchmark suite and everything else.
+
+This module is the only place that reads asv's JSON. Sign-off (``signoff.py``) and dashboards
+(``dashboard.py``) read the frame that :func:`load_results` returns, never the files.
+
+Layout read (asv 0.6.6, ``results_dir`` from ``asv.conf.json``)::
+
+    results/benchmarks.json                      param_names, params, unit, type per benchmark
+    results/<machine>/machine.json               asv machine info (no GPU field)
+    results/<machine>/<sha8>-<env>.json          one file per (commit, environment)
+    results/<machine>/gpuinfo-<sha8>.json        GPU, driver, CUDA, torch, triton (our suite's)
+
+A result file stores, per benchmark, one row of values aligned with its ``result_columns``
+(``result``, ``params``, ``version``, ``started_at``, ``duration``, ``stats_ci_99_a``,
+``stats_ci_99_b``, ``stats_q_25``, ``stats_q_75``, ``stats_number``, ``stats_repeat``,
+``samples``, ``profile``); trailing ``null`` columns are dropped, and a column whose entries are
+all ``null`` is stored as a single ``null``. Parametrized values are flat lists in
+``itertools.product(*params)`` order, params being Python ``repr`` strings. In ``result``,
+``null`` means the benchmark failed and ``NaN`` means it was skipped (``NotImplementedError`` in
+``setup``).
+"""
+
+from __future__ import annotations
+
+import ast
+import itertools
+import json
+import logging
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+logger = logging.getLogger(__name__)
+
+# ---------------------------------------------------------------------------------------------
+# Column contract
+# ---------------------------------------------------------------------------------------------
+
+# One row per (benchmark, commit, machine, env, parameter combination). Every consumer selects
+# by these names; parameters that are not listed here (a new axis added to the suite) are
+# appended after them as extra columns, parsed from their repr, so nothing is lost.
+COLUMNS: dict[str, str] = {
+    "commit": "str",  # full 40-hex commit hash
+    "date": "datetime64[ms, UTC]",  # commit date asv recorded (ms resolution in the file)
+    "machine": "str",
+    "env": "str",  # asv environment name, e.g. "existing-py_..._python3"
+    "gpu": "str",  # from gpuinfo-<sha8>.json; missing file -> NaN (pandas "str" missing value)
+    "driver": "str",
+    "cuda": "str",
+    "torch": "str",
+    "triton": "str",
+    "benchmark": "str",  # full asv name, "<module>.<Class>.<method>"
+    "module": "str",  # "bench_sampler"
+    "tier": "str",  # "quick" | "nightly" | "full", missing when the class has no tier prefix
+    "sweep": "str",  # class name without the tier prefix, "BatchSweep"
+    "metric": "str",  # method name, "time_sample"
+    "unit": "str",  # asv unit from benchmarks.json: "seconds" for time_*, the attribute for track_*
+    "variant": "str",
+    "mode": "str",
+    "draft": "str",
+    "num_reqs": "Int64",
+    "K": "Int64",
+    "vocab_size": "Int64",
+    "phi": "float64",
+    "stage": "str",
+    "value": "float64",  # median of the samples for time_*, the returned number for track_*
+    "ci_lo": "float64",  # asv's 99% confidence interval of the median (time_* only)
+    "ci_hi": "float64",
+    "q25": "float64",
+    "q75": "float64",
+    "n_samples": "Int64",  # samples behind value (asv's stats "repeat"); <NA> for track_*
+    "samples": "object",  # list[float] per-call times when run with --record-samples, else None
+    "status": "str",  # "ok" | "failed" (asv null) | "skipped" (asv NaN)
+}
+
+# The parameter axes of the suite, in benchmarks' param_names order. Kernel benchmarks add stage.
+PARAM_COLUMNS: tuple[str, ...] = (
+    "variant", "mode", "draft", "num_reqs", "K", "vocab_size", "phi", "stage",
+)
+ENV_COLUMNS: tuple[str, ...] = ("gpu", "driver", "cuda", "torch", "triton")
+TIERS: tuple[str, ...] = ("Quick", "Nightly", "Full")
+
+# asv's file-format versions (asv.results.Results.api_version, asv.benchmarks.Benchmarks
+# .api_version). A file with another version is skipped, not guessed at.
+RESULTS_API_VERSION = 2
+BENCHMARKS_API_VERSION = 2
+
+_NOT_RESULT_FILES = {"machine.json", "benchmarks.json"}
+_GPUINFO_PREFIX = "gpuinfo-"
+_STATS_FIELDS = {  # asv result column -> our column
+    "stats_ci_99_a": "ci_lo",
+    "stats_ci_99_b": "ci_hi",
+    "stats_q_25": "q25",
+    "stats_q_75": "q75",
+    "stats_repeat": "n_samples",
+}
+
+
+@dataclass(frozen=True)
+class Problem:
+    """A file, or one benchmark inside a file, that the loader skipped, and why."""
+
+    path: Path
+    reason: str
+
+
+class _Skip(Exception):
+    """Raised inside the loader for content that becomes a :class:`Problem`."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Public API
+# ---------------------------------------------------------------------------------------------
+
+
+def load_results(results_dir: str | Path) -> tuple[pd.DataFrame, list[Problem]]:
+    """Read every machine directory under ``results_dir`` into one tidy frame.
+
+    Parameters
+    ----------
+    results_dir : str or Path
+        asv's ``results_dir`` (holding ``benchmarks.json`` and one directory per machine).
+
+    Returns
+    -------
+    frame : DataFrame
+        Columns :data:`COLUMNS` in that order with those dtypes, then any parameter axes not in
+        :data:`PARAM_COLUMNS`. Rows are sorted by machine, date, benchmark.
+    problems : list of Problem
+        Files or benchmark entries that were skipped (corrupt or truncated JSON, a format
+        version other than asv 0.6.6's, values that do not match their params). Each is also
+        logged as a warning naming the file.
+
+    Examples
+    --------
+    >>> df, problems = load_results("results")          # doctest: +SKIP
+    >>> df[df.metric == "time_sample"].groupby("variant").value.median()  # doctest: +SKIP
+    """
+    results_dir = Path(results_dir)
+    problems: list[Problem] = []
+    benchmarks = _load_benchmarks(results_dir / "benchmarks.json", problems)
+    rows: list[dict] = []
+    for machine_dir in sorted(p for p in results_dir.iterdir() if p.is_dir()):
+        gpuinfo = _load_gpuinfo(machine_dir, problems)
+        for path in _result_files(machine_dir):
+            rows.extend(_rows_from_file(path, benchmarks, gpuinfo, problems))
+    for problem in problems:
+        logger.warning("skipped %s: %s", problem.path.name, problem.reason)
+    return _to_frame(rows), problems
+
+
+def commit_order(df: pd.DataFrame) -> pd.DataFrame:
+    """Commits per machine in date order.
+
+    Returns a frame with columns ``machine``, ``commit``, ``date``, ``position`` (0 for the
+    oldest commit of that machine). Ties in date keep the first-seen order of the hash so the
+    result is deterministic.
+    """
+    commits = (
+        df[["machine", "commit", "date"]]
+        .drop_duplicates(["machine", "commit"])
+        .sort_values(["machine", "date", "commit"], kind="stable")
+        .reset_index(drop=True)
+    )
+    commits["position"] = commits.groupby("machine").cumcount().astype("Int64")
+    return commits
+
+
+def latest_commit(df: pd.DataFrame, machine: str) -> str | None:
+    """The newest commit (by date) with results on ``machine``, or None if it has none."""
+    order = commit_order(df)
+    order = order[order.machine == machine]
+    return None if order.empty else str(order.commit.iloc[-1])
+
+
+def machine_environment(
+    df: pd.DataFrame, machine: str | None = None, commit: str | None = None
+) -> dict[str, str | None]:
+    """machine, commit, gpu, driver, cuda, torch, triton of one run, for reports.
+
+    Defaults: the machine of the newest row, and that machine's newest commit. Values the
+    suite did not record are None.
+    """
+    if df.empty:
+        return dict.fromkeys(("machine", "commit", *ENV_COLUMNS))
+    if machine is None:
+        machine = str(df.sort_values("date", kind="stable")["machine"].iloc[-1])
+    commit = commit or latest_commit(df, machine)
+    rows = df[(df["machine"] == machine) & (df["commit"] == commit)]
+    info: dict[str, str | None] = {"machine": machine, "commit": commit}
+    for column in ENV_COLUMNS:
+        values = rows[column].dropna() if column in rows else ()
+        info[column] = str(values.iloc[0]) if len(values) else None
+    return info
+
+
+def split_benchmark_name(name: str) -> dict[str, str | None]:
+    """``"bench_sampler.NightlyBatchSweep.time_sample"`` -> module, tier, sweep, metric.
+
+    The class-name prefix is the tier (Quick, Nightly, Full); the rest of the class name is the
+    sweep. A function benchmark (``module.time_x``) has no class: tier and sweep are None.
+    """
+    parts = name.split(".")
+    if len(parts) < 3:
+        return {"module": parts[0] if len(parts) == 2 else None, "tier": None, "sweep": None,
+                "metric": parts[-1]}
+    module, cls, metric = ".".join(parts[:-2]), parts[-2], parts[-1]
+    for tier in TIERS:
+        if cls.startswith(tier) and len(cls) > len(tier):
+            return {"module": module, "tier": tier.lower(), "sweep": cls[len(tier):],
+                    "metric": metric}
+    return {"module": module, "tier": None, "sweep": cls, "metric": metric}
+
+
+def parse_param(text: str) -> object:
+    """An asv parameter repr (``"'mrv2'"``, ``"128"``, ``"0.5"``) back to its Python value.
+
+    Reprs that are not literals (``"<class 'torch.float16'>"``) stay as the text.
+    """
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        return text
+
+
+def load_asv_regressions(html_dir: str | Path) -> tuple[pd.DataFrame, list[Problem]]:
+    """Read the steps ``asv publish`` detected (``html/regressions.json``) into a frame.
+
+    ``regressions.json`` holds ``{"regressions": [[name, graph_path, graph_params, param_index,
+    last_value, best_value, jumps], ...]}`` where each jump is ``[rev_before or null, rev_after,
+    value_before, value_after]`` in asv's revision numbers (``null``: the step is one commit).
+    ``html/index.json`` maps revisions to hashes and holds the benchmarks' params, so both are
+    needed.
+
+    Returns
+    -------
+    frame : DataFrame
+        One row per jump: ``benchmark``, ``module``, ``tier``, ``sweep``, ``metric``,
+        ``machine``, the parameter columns, ``commit_before`` (missing when the step is pinned to a
+        single commit), ``commit_after``, ``value_before``, ``value_after``, ``change``
+        (``value_after / value_before - 1``), ``last_value``, ``best_value``. Empty when
+        ``regressions.json`` is absent.
+    problems : list of Problem
+    """
+    html_dir = Path(html_dir)
+    problems: list[Problem] = []
+    path = html_dir / "regressions.json"
+    if not path.exists():
+        return _regressions_frame([]), problems
+    try:
+        entries = _read_json(path)["regressions"]
+        index = _read_json(html_dir / "index.json")
+        revision_to_hash = {int(k): v for k, v in index["revision_to_hash"].items()}
+        benchmarks = index["benchmarks"]
+    except (_Skip, KeyError, TypeError, ValueError, OSError) as exc:
+        problems.append(Problem(path, f"cannot read asv regressions: {exc}"))
+        logger.warning("skipped %s: %s", path.name, problems[-1].reason)
+        return _regressions_frame([]), problems
+    rows = []
+    for entry in entries:
+        try:
+            rows.extend(_regression_rows(entry, benchmarks, revision_to_hash))
+        except (KeyError, IndexError, TypeError, ValueError) as exc:
+            problems.append(Problem(path, f"malformed entry {entry!r:.80}: {exc}"))
+    for problem in problems:
+        logger.warning("skipped %s: %s", problem.path.name, problem.reason)
+    return _regressions_frame(rows), problems
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading files
+# ---------------------------------------------------------------------------------------------
+
+
+def _read_json(path: Path) -> dict:
+    """Parse one JSON file; corrupt, truncated or unreadable files raise _Skip."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)  # asv writes NaN for skipped results; json accepts it
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise _Skip(f"unreadable JSON ({exc})") from exc
+    if not isinstance(data, dict):
+        raise _Skip(f"expected a JSON object, got {type(data).__name__}")
+    return data
+
+
+def _check_version(data: dict, expected: int) -> None:
+    """asv refuses files of another api_version; so do we, rather than misparse them."""
+    version = data.get("version")
+    if version != expected:
+        raise _Skip(f"asv file format version {version!r}, this loader reads {expected} "
+                    f"(asv 0.6.6)")
+
+
+def _load_benchmarks(path: Path, problems: list[Problem]) -> dict[str, dict]:
+    """benchmarks.json: name -> {param_names, unit, ...}. Missing -> {} (params named param1..)."""
+    if not path.exists():
+        problems.append(Problem(path, "no benchmarks.json: parameters named param1, param2, ..."))
+        return {}
+    try:
+        data = _read_json(path)
+        _check_version(data, BENCHMARKS_API_VERSION)
+    except _Skip as exc:
+        problems.append(Problem(path, str(exc)))
+        return {}
+    return {k: v for k, v in data.items() if isinstance(v, dict)}
+
+
+def _result_files(machine_dir: Path) -> list[Path]:
+    return sorted(
+        p for p in machine_dir.glob("*.json")
+        if p.name not in _NOT_RESULT_FILES and not p.name.startswith(_GPUINFO_PREFIX)
+    )
+
+
+def _load_gpuinfo(machine_dir: Path, problems: list[Problem]) -> dict[str, dict]:
+    """sha8 -> {gpu, driver, cuda, torch, triton} from gpuinfo-<sha8>.json files."""
+    info = {}
+    for path in sorted(machine_dir.glob(f"{_GPUINFO_PREFIX}*.json")):
+        try:
+            data = _read_json(path)
+        except _Skip as exc:
+            problems.append(Problem(path, str(exc)))
+            continue
+        sha8 = path.stem[len(_GPUINFO_PREFIX):][:8]
+        info[sha8] = {k: None if data.get(k) is None else str(data[k]) for k in ENV_COLUMNS}
+    return info
+
+
+def _rows_from_file(
+    path: Path, benchmarks: dict[str, dict], gpuinfo: dict[str, dict], problems: list[Problem]
+) -> list[dict]:
+    """All rows of one <sha8>-<env>.json; the whole file is skipped if its header is bad."""
+    try:
+        data = _read_json(path)
+        _check_version(data, RESULTS_API_VERSION)
+        header = _file_header(data, path, gpuinfo)
+        columns = data["result_columns"]
+        results = data["results"]
+    except (_Skip, KeyError, TypeError, ValueError) as exc:
+        problems.append(Problem(path, _reason(exc)))
+        return []
+    rows = []
+    for name, stored in results.items():
+        try:
+            entry = dict(zip(columns, stored))
+            rows.extend(_rows_from_entry(name, entry, benchmarks.get(name), header))
+        except (_Skip, KeyError, TypeError, ValueError) as exc:
+            problems.append(Problem(path, f"{name}: {_reason(exc)}"))
+    return rows
+
+
+def _reason(exc: Exception) -> str:
+    return str(exc) if isinstance(exc, _Skip) else f"{type(exc).__name__}: {exc}"
+
+
+def _file_header(data: dict, path: Path, gpuinfo: dict[str, dict]) -> dict:
+    """The columns shared by every row of one result file."""
+    commit = data["commit_hash"]
+    if not isinstance(commit, str):
+        raise _Skip("commit_hash missing")
+    machine = (data.get("params") or {}).get("machine") or path.parent.name
+    env = gpuinfo.get(commit[:8], dict.fromkeys(ENV_COLUMNS))
+    return {
+        "commit": commit,
+        "date": pd.Timestamp(data["date"], unit="ms", tz="UTC") if data.get("date") else pd.NaT,
+        "machine": machine,
+        "env": data.get("env_name"),
+        **env,
+    }
+
+
+def _rows_from_entry(name: str, entry: dict, meta: dict | None, header: dict) -> list[dict]:
+    """Expand one benchmark's stored lists into one row per parameter combination."""
+    params = entry.get("params") or []
+    names = _param_names(meta, len(params))
+    # Parse each axis once, then expand: product order is asv's storage order.
+    combos = list(itertools.product(*([parse_param(p) for p in axis] for axis in params)))
+    n = len(combos)
+    values = _per_point(entry.get("result"), n, "result")
+    samples = _per_point(entry.get("samples"), n, "samples")
+    stats = {col: _per_point(entry.get(key), n, key) for key, col in _STATS_FIELDS.items()}
+    base = {
+        **header,
+        "benchmark": name,
+        **split_benchmark_name(name),
+        "unit": (meta or {}).get("unit"),
+    }
+    rows = []
+    for i, combo in enumerate(combos):
+        row = dict(base)
+        row.update(zip(names, combo))
+        row.update(_value_fields(values[i], samples[i]))
+        row.update({col: stats[col][i] for col in stats})
+        rows.append(row)
+    return rows
+
+
+def _param_names(meta: dict | None, n_params: int) -> list[str]:
+    """param_names from benchmarks.json; asv's own default names if the benchmark is unknown."""
+    names = (meta or {}).get("param_names")
+    if names is None:
+        return [f"param{i + 1}" for i in range(n_params)]
+    if len(names) != n_params:
+        # The benchmark's parameters changed since this file was written: the stored values
+        # no longer line up with today's names.
+        raise _Skip(f"{n_params} params stored but benchmarks.json names {len(names)}")
+    return list(names)
+
+
+def _per_point(stored: list | None, n: int, key: str) -> list:
+    """A stored column as one entry per point; asv compresses an all-null column to null."""
+    if stored is None:
+        return [None] * n
+    if not isinstance(stored, list) or len(stored) != n:
+        raise _Skip(f"{key} has {len(stored) if isinstance(stored, list) else 'no'} entries "
+                    f"for {n} parameter combinations")
+    return stored
+
+
+def _value_fields(value: float | None, samples: list | None) -> dict:
+    if value is None:
+        status = "failed"
+    elif isinstance(value, float) and math.isnan(value):
+        status = "skipped"
+    else:
+        status = "ok"
+    return {
+        "value": np.nan if value is None else float(value),
+        "status": status,
+        "samples": [float(s) for s in samples] if samples else None,
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# Building the frame
+# ---------------------------------------------------------------------------------------------
+
+
+def _to_frame(rows: list[dict]) -> pd.DataFrame:
+    """Rows to a frame with the declared column order and dtypes, extras after them."""
+    raw = pd.DataFrame(rows)
+    extras = [c for c in raw.columns if c not in COLUMNS]
+    frame = pd.DataFrame(index=raw.index)
+    for column, dtype in COLUMNS.items():
+        source = raw[column] if column in raw else pd.Series([None] * len(raw), dtype=object)
+        frame[column] = _as_dtype(source, dtype)
+    for column in extras:
+        frame[column] = _infer_extra(raw[column])
+    if not frame.empty:
+        frame = frame.sort_values(["machine", "date", "benchmark"], kind="stable")
+    return frame.reset_index(drop=True)
+
+
+def _as_dtype(series: pd.Series, dtype: str) -> pd.Series:
+    if dtype == "object":
+        return series.astype(object)
+    if dtype.startswith("datetime64"):
+        return pd.to_datetime(series, utc=True).astype(dtype)
+    if dtype in ("Int64", "float64"):
+        # A repr that is not a number (a "None" param) becomes missing rather than an error.
+        numeric = pd.to_numeric(series, errors="coerce")
+        return numeric.astype(dtype) if dtype == "float64" else numeric.round().astype(dtype)
+    # Rows that lack a parameter come out of pd.DataFrame(rows) as float NaN, not None.
+    return series.map(lambda v: None if _is_missing(v) else str(v)).astype(dtype)
+
+
+def _is_missing(value: object) -> bool:
+    return value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value))
+
+
+def _infer_extra(series: pd.Series) -> pd.Series:
+    """An unknown parameter axis: numeric if every value is a number, else strings."""
+    present = series.dropna()
+    if len(present) and all(isinstance(v, (int, float)) and not isinstance(v, bool)
+                            for v in present):
+        all_int = all(isinstance(v, int) for v in present)
+        return _as_dtype(series, "Int64" if all_int else "float64")
+    return _as_dtype(series, "str")
+
+
+# ---------------------------------------------------------------------------------------------
+# asv publish regressions
+# ---------------------------------------------------------------------------------------------
+
+_REGRESSION_VALUE_COLUMNS = {
+    "commit_before": "str",
+    "commit_after": "str",
+    "value_before": "float64",
+    "value_after": "float64",
+    "change": "float64",
+    "last_value": "float64",
+    "best_value": "float64",
+}
+
+
+def _regression_rows(entry: list, benchmarks: dict, revision_to_hash: dict[int, str]) -> list:
+    name, graph_path, _graph_params, index, last_value, best_value, jumps = entry
+    benchmark = name.split("(")[0]
+    meta = benchmarks[benchmark]
+    point = {}
+    if index is not None:
+        combo = next(itertools.islice(itertools.product(*meta["params"]), index, None))
+        point = {n: parse_param(v) for n, v in zip(meta["param_names"], combo)}
+    base = {
+        "benchmark": benchmark,
+        **split_benchmark_name(benchmark),
+        "machine": _machine_from_graph_path(graph_path),
+        **point,
+        "last_value": last_value,
+        "best_value": best_value,
+    }
+    return [
+        {
+            **base,
+            "commit_before": None if rev_before is None else revision_to_hash[int(rev_before)],
+            "commit_after": revision_to_hash[int(rev_after)],
+            "value_before": value_before,
+            "value_after": value_after,
+            "change": value_after / value_before - 1 if value_before else np.nan,
+        }
+        for rev_before, rev_after, value_before, value_after in jumps
+    ]
+
+
+def _machine_from_graph_path(graph_path: str) -> str | None:
+    """asv names graph files graphs/<key>-<value>/.../<benchmark>.json; machine is one key."""
+    for part in graph_path.split("/"):
+        if part.startswith("machine-"):
+            return part[len("machine-"):]
+    return None
+
+
+def _regressions_frame(rows: list[dict]) -> pd.DataFrame:
+    head = ["benchmark", "module", "tier", "sweep", "metric", "machine"]
+    dtypes = {c: "str" for c in head}
+    dtypes.update({c: COLUMNS[c] for c in PARAM_COLUMNS})
+    dtypes.update(_REGRESSION_VALUE_COLUMNS)
+    raw = pd.DataFrame(rows)
+    frame = pd.DataFrame(index=raw.index)
+    for column, dtype in dtypes.items():
+        source = raw[column] if column in raw else pd.Series([None] * len(raw), dtype=object)
+        frame[column] = _as_dtype(source, dtype)
+    for column in [c for c in raw.columns if c not in dtypes]:
+        frame[column] = _infer_extra(raw[column])
+    return frame
