@@ -1,0 +1,245 @@
+"""Sign-off tests on synthetic samples (fixed seeds) and on the real CPU fixture."""
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from specsample import signoff
+from specsample.results import COLUMNS, commit_order, load_results, machine_environment
+from specsample.signoff import (
+    compare,
+    compare_variants,
+    exit_code,
+    min_p_value,
+    noise_level,
+    report_markdown,
+)
+
+RESULTS = Path(__file__).parent / "fixtures" / "asv_results"
+BENCH = "bench_sampler.NightlyBatchSweep.time_sample"
+N_SAMPLES = 20  # enough for Mann-Whitney to reach p < 0.002 (min two-sided p ~ 1.5e-11)
+
+
+def _point(commit, samples=None, *, value=None, variant="mrv2", num_reqs=64, status="ok",
+           benchmark=BENCH, ci=None, metric=None):
+    """One results-frame row; value defaults to the samples' median, as asv stores it."""
+    if samples is not None:
+        samples = [float(s) for s in samples]
+        value = float(np.median(samples)) if value is None else value
+        q25, q75 = np.percentile(samples, [25, 75])
+    else:
+        q25 = q75 = np.nan
+    return {
+        "commit": commit, "machine": "h200", "benchmark": benchmark,
+        "metric": metric or benchmark.rsplit(".", 1)[1],
+        "unit": "seconds" if (metric or benchmark).split(".")[-1].startswith("time_")
+        else "fraction",
+        "variant": variant, "mode": "standard", "draft": "logits", "num_reqs": num_reqs,
+        "K": 4, "vocab_size": 151936, "phi": 0.5, "stage": None,
+        "value": np.nan if status != "ok" else value,
+        "ci_lo": ci[0] if ci else np.nan, "ci_hi": ci[1] if ci else np.nan,
+        "q25": q25, "q75": q75, "n_samples": len(samples) if samples else None,
+        "samples": samples if status == "ok" else None, "status": status,
+    }
+
+
+def _frame(rows):
+    df = pd.DataFrame(rows)
+    return df.astype({c: d for c, d in COLUMNS.items() if c in df and d != "object"})
+
+
+def _lognormal(seed, median, sigma=0.01, n=N_SAMPLES):
+    return median * np.random.default_rng(seed).lognormal(0.0, sigma, n)
+
+
+# ---------------------------------------------------------------------------------------------
+# Verdicts
+# ---------------------------------------------------------------------------------------------
+
+
+def test_identical_distributions_are_unchanged():
+    base = _frame([_point("b", _lognormal(seed=1, median=100e-6))])
+    head = _frame([_point("h", _lognormal(seed=2, median=100e-6))])
+    out = compare(base, head)
+    assert out.verdict.tolist() == ["unchanged"]
+    assert out.test.iloc[0] == "mann-whitney" and out.p_value.iloc[0] > 0.002
+    assert exit_code(out) == 0
+
+
+def test_ten_percent_slower_with_low_noise_is_a_regression():
+    base = _frame([_point("b", _lognormal(seed=3, median=100e-6))])
+    head = _frame([_point("h", _lognormal(seed=4, median=110e-6))])
+    out = compare(base, head)
+    assert out.verdict.tolist() == ["regression"]
+    assert out.p_value.iloc[0] < 1e-6
+    assert out.ratio.iloc[0] == pytest.approx(1.10, rel=0.02)
+    assert exit_code(out) == 1
+
+
+def test_one_percent_shift_is_unchanged_at_five_percent_min_effect():
+    base = _frame([_point("b", _lognormal(seed=5, median=100e-6, sigma=0.001))])
+    head = _frame([_point("h", _lognormal(seed=6, median=101e-6, sigma=0.001))])
+    out = compare(base, head, min_effect=0.05)
+    # significant, but too small to block a PR
+    assert out.significant.iloc[0] and out.verdict.tolist() == ["unchanged"]
+    assert compare(base, head, min_effect=0.005).verdict.tolist() == ["regression"]
+
+
+def test_ten_percent_faster_is_an_improvement_and_passes():
+    base = _frame([_point("b", _lognormal(seed=7, median=110e-6))])
+    head = _frame([_point("h", _lognormal(seed=8, median=100e-6))])
+    out = compare(base, head)
+    assert out.verdict.tolist() == ["improvement"] and exit_code(out) == 0
+
+
+def test_failed_benchmark_exits_2_even_next_to_a_regression():
+    base = _frame([_point("b", _lognormal(9, 100e-6)), _point("b", _lognormal(10, 100e-6),
+                                                              num_reqs=1)])
+    head = _frame([_point("h", _lognormal(11, 130e-6)), _point("h", status="failed",
+                                                               num_reqs=1)])
+    out = compare(base, head).set_index("num_reqs")
+    assert out.verdict[64] == "regression" and out.verdict[1] == "failed"
+    assert exit_code(out.reset_index()) == 2
+
+
+def test_skipped_new_and_missing_points():
+    base = _frame([_point("b", _lognormal(12, 1e-4), num_reqs=1),
+                   _point("b", _lognormal(13, 1e-4), num_reqs=2),
+                   _point("b", status="failed", num_reqs=3)])
+    head = _frame([_point("h", status="skipped", num_reqs=1),
+                   _point("h", _lognormal(14, 1e-4), num_reqs=3),
+                   _point("h", _lognormal(15, 1e-4), num_reqs=4)])
+    out = compare(base, head).set_index("num_reqs").verdict
+    assert out.to_dict() == {1: "skipped", 2: "missing", 3: "new", 4: "new"}
+    assert exit_code(out.to_frame()) == 0
+
+
+def test_few_samples_fall_back_to_confidence_intervals():
+    # 5 samples a side: the smallest two-sided p is 2/252 > 0.002, as in asv's is_different.
+    assert min_p_value(5, 5) == pytest.approx(2 / 252)
+    base = _frame([_point("b", _lognormal(16, 100e-6, n=5), ci=(99e-6, 101e-6))])
+    head = _frame([_point("h", _lognormal(17, 120e-6, n=5), ci=(119e-6, 121e-6))])
+    out = compare(base, head)
+    assert out.test.iloc[0] == "ci-overlap" and out.verdict.iloc[0] == "regression"
+    overlapping = _frame([_point("h", _lognormal(17, 120e-6, n=5), ci=(100e-6, 121e-6))])
+    assert compare(base, overlapping).verdict.iloc[0] == "unchanged"
+
+
+def test_no_samples_uses_ci_and_track_points_use_the_ratio():
+    base = _frame([_point("b", value=1e-4, ci=(0.99e-4, 1.01e-4))])
+    head = _frame([_point("h", value=1.2e-4, ci=(1.19e-4, 1.21e-4))])
+    assert compare(base, head).test.iloc[0] == "ci-overlap"
+    bw = "bench_sampler.NightlyBatchSweep.track_bandwidth_fraction"
+    base = _frame([_point("b", value=0.80, benchmark=bw)])
+    head = _frame([_point("h", value=0.60, benchmark=bw)])
+    out = compare(base, head)
+    # lower achieved bandwidth is worse, although asv would call it an improvement
+    assert out.test.iloc[0] == "ratio-only" and out.verdict.iloc[0] == "regression"
+    assert compare(base, head, higher_is_better=()).verdict.iloc[0] == "improvement"
+
+
+def test_duplicate_keys_are_refused():
+    rows = [_point("b", _lognormal(18, 1e-4)), _point("b2", _lognormal(19, 1e-4))]
+    with pytest.raises(ValueError, match="base has 1 rows sharing a key"):
+        compare(_frame(rows), _frame([_point("h", _lognormal(20, 1e-4))]))
+
+
+def test_output_columns_follow_the_contract():
+    base = _frame([_point("b", _lognormal(21, 1e-4))])
+    head = _frame([_point("h", _lognormal(22, 1e-4))])
+    out = compare(base, head)
+    key = signoff.default_key(base, head)
+    assert list(out.columns) == [*key, *signoff.VERDICT_COLUMNS]
+    assert set(out.verdict) <= set(signoff.VERDICTS) and set(out.test) <= set(signoff.TESTS)
+    assert out.base_commit.iloc[0] == "b" and out.head_commit.iloc[0] == "h"
+
+
+# ---------------------------------------------------------------------------------------------
+# Variant against variant
+# ---------------------------------------------------------------------------------------------
+
+
+def test_compare_variants_pairs_on_everything_but_variant():
+    rows = [_point("c", _lognormal(30 + n, 100e-6), variant="mrv2-pre50939", num_reqs=n)
+            for n in (1, 64)]
+    rows += [_point("c", _lognormal(40 + n, 72e-6), variant="mrv2", num_reqs=n) for n in (1, 64)]
+    out = compare_variants(_frame(rows), "mrv2-pre50939", "mrv2")
+    assert len(out) == 2 and set(out.verdict) == {"improvement"}
+    assert out.ratio.to_numpy() == pytest.approx(0.72, rel=0.02)
+    assert set(out.base_variant) == {"mrv2-pre50939"} and set(out.head_variant) == {"mrv2"}
+    assert "variant" not in out.columns and "commit" in out.columns
+
+
+# ---------------------------------------------------------------------------------------------
+# Noise and the report
+# ---------------------------------------------------------------------------------------------
+
+
+def test_noise_level_is_median_relative_iqr():
+    rows = [_point("c", value=1.0, num_reqs=n) for n in (1, 2, 3)]
+    for row, (q25, q75) in zip(rows, [(0.99, 1.01), (0.98, 1.02), (0.90, 1.10)]):
+        row.update(q25=q25, q75=q75)
+    assert noise_level(_frame(rows)) == pytest.approx(0.04)
+    only_samples = _frame([_point("c", [1.0, 2.0, 3.0, 4.0, 5.0])]).assign(q25=np.nan,
+                                                                          q75=np.nan)
+    assert noise_level(only_samples) == pytest.approx((4.0 - 2.0) / 3.0)
+
+
+def test_report_markdown_has_summary_tables_noise_and_machine():
+    base = _frame([_point("b" * 40, _lognormal(50, 100e-6), num_reqs=n) for n in (1, 8, 64)])
+    head = _frame([_point("c" * 40, _lognormal(51, 115e-6), num_reqs=1),
+                   _point("c" * 40, _lognormal(52, 80e-6), num_reqs=8),
+                   _point("c" * 40, _lognormal(53, 100e-6), num_reqs=64)])
+    machine = {"machine": "h200", "gpu": "NVIDIA H200", "driver": "570.124.06", "cuda": "12.8",
+               "torch": "2.9.0", "triton": "3.6.0"}
+    text = report_markdown(compare(base, head), machine)
+    assert text.startswith("## specsample sign-off")
+    assert "**FAIL**: 1 regression out of 3 points (base `bbbbbbbb` → head `cccccccc`)" in text
+    assert "### Regressions (1)" in text and "### Improvements (1)" in text
+    assert "| benchmark | point | base | head | change | p |" in text
+    assert f"| `{BENCH}` | mrv2 standard logits R=64" not in text  # unchanged point not listed
+    assert "| mrv2 standard logits R=1 K=4 V=151936 phi=0.5 | 99.8 µs | 115 µs | +14.9% |" in text
+    assert "unchanged: 1" in text and "Noise: median relative IQR" in text
+    assert "GPU `NVIDIA H200`" in text and "triton `3.6.0`" in text
+
+
+def test_nothing_compared_is_not_a_pass():
+    empty = _frame([_point("b", _lognormal(70, 1e-4))]).iloc[0:0]
+    out = compare(empty, empty)
+    assert out.empty and exit_code(out) == 2
+    assert "no points to compare" in report_markdown(out)
+
+
+def test_report_markdown_pass():
+    base = _frame([_point("b", _lognormal(60, 1e-4))])
+    head = _frame([_point("h", _lognormal(61, 1e-4))])
+    text = report_markdown(compare(base, head))
+    assert "**PASS**: no significant regression" in text and "### Regressions" not in text
+
+
+# ---------------------------------------------------------------------------------------------
+# On the real CPU fixture
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def fixture_df():
+    return load_results(RESULTS)[0]
+
+
+def test_fixture_planted_kernel_step_is_a_regression(fixture_df):
+    commits = commit_order(fixture_df).commit
+    base = fixture_df[fixture_df.commit == commits[1]]
+    head = fixture_df[fixture_df.commit == commits[2]]
+    out = compare(base, head)
+    kernel = out[out.metric == "track_stage_us"]
+    assert set(kernel[kernel.variant == "mrv2"].verdict) == {"regression"}
+    assert kernel[kernel.variant == "mrv2"].ratio.to_numpy() == pytest.approx(1.15)
+    assert set(kernel[kernel.variant == "mrv2-pre50939"].verdict) == {"unchanged"}
+    assert exit_code(out) == 2  # the planted failed track_bandwidth_fraction points
+    # 5 samples a point in the nightly sweep: CI fallback, as asv would do
+    assert set(out[out.metric == "time_sample"].test) <= {"ci-overlap", "mann-whitney", "none"}
+    text = report_markdown(out, machine_environment(fixture_df, commit=commits[2]))
+    assert "### Failed" in text and "NVIDIA H200 (hand-written fixture)" in text
