@@ -1,0 +1,202 @@
+"""Running the asv suite on a GPU box: one tier at one commit, nightly, and backfill.
+
+asv 0.6.6 in an existing environment needs care (``../shared/docs/gpu-benchmarking.md``):
+results are saved only with ``--set-commit-hash``, ``PYTHONPATH`` is stripped unless
+``ASV_PYTHONPATH`` is set, and a commit range is refused. So every run here:
+
+1. writes a throw-away asv config with absolute paths: the benchmarks and package come from
+   the checkout being measured (HEAD, or a past commit's worktree), git metadata from the main
+   repository, and results go to a *staging* directory;
+2. runs ``asv run -E existing:<python> --set-commit-hash SHA --record-samples`` on one tier;
+3. checks every staged result file parses, then moves it into ``results/`` with ``os.replace``
+   (atomic), so an interrupted or failed run never truncates or loses an earlier result.
+
+A lock file stops two runs at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from .grid import bench_regex
+from .machine import write_gpu_info
+
+LOCK_NAME = ".specsample.lock"
+
+
+class RunError(RuntimeError):
+    """An asv run that could not be done or whose output is unusable."""
+
+
+def git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, check=True).stdout.strip()
+
+
+@contextlib.contextmanager
+def run_lock(results_dir: Path) -> Iterator[None]:
+    """Hold an exclusive lock on ``results_dir`` or fail at once if another run holds it."""
+    results_dir.mkdir(parents=True, exist_ok=True)
+    with open(results_dir / LOCK_NAME, "w") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise RunError(f"another specsample run holds {results_dir / LOCK_NAME}") from None
+        fh.write(f"{os.getpid()}\n")
+        fh.flush()
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def ensure_machine(machine: str) -> None:
+    """Register the asv machine non-interactively (no terminal on a GPU box)."""
+    subprocess.run([sys.executable, "-m", "asv", "machine", "--yes", "--machine", machine],
+                   check=True, capture_output=True)  # fmt: skip
+
+
+def _staging_config(repo: Path, checkout: Path, staging: Path, html_dir: Path) -> Path:
+    conf = {
+        "version": 1,
+        "project": "specsample",
+        "repo": str(repo),
+        "branches": ["HEAD"],
+        "environment_type": "existing",
+        "build_command": [],
+        "install_command": [],
+        "uninstall_command": [],
+        "launch_method": "forkserver",
+        "benchmark_dir": str(checkout / "benchmarks"),
+        "results_dir": str(staging),
+        "html_dir": str(html_dir),
+        "regressions_thresholds": {".*": 0.05},
+    }
+    path = staging.parent / "asv.conf.json"
+    path.write_text(json.dumps(conf, indent=2))
+    return path
+
+
+def _valid_json(path: Path) -> bool:
+    try:
+        json.loads(path.read_text())
+    except (OSError, ValueError):
+        return False
+    return True
+
+
+def promote(staging: Path, results_dir: Path, *, include_index: bool = True) -> list[Path]:
+    """Move every staged file that parses into ``results_dir`` atomically; report the rest.
+
+    ``include_index=False`` keeps ``results_dir/benchmarks.json`` (the suite's index) as it is:
+    a backfilled old commit must not replace the current suite's description.
+    """
+    moved = []
+    for src in sorted(staging.rglob("*.json")):
+        rel = src.relative_to(staging)
+        if rel.name == "benchmarks.json" and not include_index:
+            continue
+        if not _valid_json(src):
+            print(f"specsample: staged result {rel} is not valid JSON; kept out of {results_dir}", file=sys.stderr)
+            continue
+        dst = results_dir / rel
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        tmp = dst.with_suffix(".json.tmp")
+        shutil.copyfile(src, tmp)
+        os.replace(tmp, dst)
+        moved.append(dst)
+    return moved
+
+
+def run_tier(
+    tier: str,
+    *,
+    repo: Path,
+    results_dir: Path,
+    machine: str,
+    checkout: Path | None = None,
+    commit: str | None = None,
+    bench: str | None = None,
+    python: str = sys.executable,
+    extra_args: tuple[str, ...] = (),
+    log: Callable[[str], None] = print,
+) -> list[Path]:
+    """Benchmark one tier of ``checkout`` (default: ``repo``) under ``commit``; return new files.
+
+    Existing results for the same commit and machine are loaded by asv and merged, so running a
+    second slice of a tier adds to the first.
+    """
+    checkout = checkout or repo
+    commit = commit or git(checkout, "rev-parse", "HEAD")
+    ensure_machine(machine)
+    with tempfile.TemporaryDirectory(prefix="specsample-asv-") as tmp:
+        staging = Path(tmp) / "results"
+        # Seed staging with what we have for this commit, so asv merges instead of replacing.
+        for old in (results_dir / machine).glob(f"{commit[:8]}-*.json"):
+            (staging / machine).mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(old, staging / machine / old.name)
+        conf = _staging_config(repo, checkout, staging, Path(tmp) / "html")
+        # The measured checkout first, then whatever else the caller had on PYTHONPATH (e.g.
+        # asv's own wheels on a GPU box without network): asv strips PYTHONPATH itself.
+        path = os.pathsep.join(p for p in (str(checkout), os.environ.get("PYTHONPATH", "")) if p)
+        env = dict(os.environ, ASV_PYTHONPATH=path, PYTHONPATH=path)
+        cmd = [
+            python, "-m", "asv", "run", "--config", str(conf), "--machine", machine,
+            "-E", f"existing:{python}", "--set-commit-hash", commit, "--record-samples",
+            "--bench", bench or bench_regex(tier), *extra_args,
+        ]  # fmt: skip
+        log(f"specsample: {tier} tier at {commit[:8]} on {machine}: {' '.join(cmd[3:])}")
+        start = time.monotonic()
+        proc = subprocess.run(cmd, env=env, cwd=str(checkout))
+        log(f"specsample: asv finished in {time.monotonic() - start:.0f} s (exit {proc.returncode})")
+        if not staging.exists():
+            raise RunError(f"asv wrote no results (exit {proc.returncode})")
+        moved = promote(staging, results_dir, include_index=checkout == repo)
+    moved.append(write_gpu_info(results_dir, machine, commit))
+    return moved
+
+
+def measured_commits(results_dir: Path, machine: str) -> set[str]:
+    """8-character hashes that already have a result file on ``machine``."""
+    return {p.name.split("-", 1)[0] for p in (results_dir / machine).glob("*-*.json") if not p.name.startswith("gpuinfo")}
+
+
+def backfill(
+    revs: list[str],
+    *,
+    repo: Path,
+    results_dir: Path,
+    machine: str,
+    tier: str = "quick",
+    log: Callable[[str], None] = print,
+) -> list[str]:
+    """Benchmark past commits, each from its own worktree; skip commits already measured."""
+    commits = [git(repo, "rev-parse", rev) for rev in revs]
+    done = measured_commits(results_dir, machine)
+    measured = []
+    for i, commit in enumerate(commits, 1):
+        if commit[:8] in done:
+            log(f"[{i}/{len(commits)}] {commit[:8]} already measured on {machine}: skipped")
+            continue
+        with tempfile.TemporaryDirectory(prefix="specsample-wt-") as tmp:
+            wt = Path(tmp) / "wt"
+            git(repo, "worktree", "add", "--detach", str(wt), commit)
+            try:
+                if not (wt / "benchmarks").is_dir():
+                    log(f"[{i}/{len(commits)}] {commit[:8]} has no benchmarks/: skipped")
+                    continue
+                log(f"[{i}/{len(commits)}] {commit[:8]}: benchmarking the {tier} tier")
+                run_tier(tier, repo=repo, results_dir=results_dir, machine=machine, checkout=wt, commit=commit, log=log)
+                measured.append(commit)
+            finally:
+                git(repo, "worktree", "remove", "--force", str(wt))
+    return measured

@@ -1,0 +1,59 @@
+"""What asv's machine.json does not record: GPU, driver, CUDA, torch, Triton, clocks, copy
+bandwidth. Written beside each run's results as ``results/<machine>/gpuinfo-<sha8>.json``."""
+
+from __future__ import annotations
+
+import json
+import platform
+import subprocess
+from pathlib import Path
+
+import torch
+import triton
+
+
+def _nvidia_smi(query: str) -> str | None:
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", f"--query-gpu={query}", "--format=csv,noheader"],
+            capture_output=True, text=True, timeout=20, check=True,
+        )  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip().splitlines()[0] if out.stdout.strip() else None
+
+
+def gpu_info(measure_bandwidth: bool = True) -> dict:
+    """Describe this machine's accelerator and software stack (CPU-only machines too)."""
+    info = {
+        "host": platform.node(),
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "cuda": torch.version.cuda,
+        "gpu": None,
+        "driver": None,
+        "clocks": None,
+        "l2_bytes": None,
+        "copy_bandwidth_gbps": None,
+    }
+    if not torch.cuda.is_available():
+        return info
+    props = torch.cuda.get_device_properties(torch.cuda.current_device())
+    info["gpu"] = props.name
+    info["sm_count"] = props.multi_processor_count
+    info["l2_bytes"] = props.L2_cache_size
+    info["memory_bytes"] = props.total_memory
+    info["driver"] = _nvidia_smi("driver_version")
+    info["clocks"] = _nvidia_smi("clocks.sm,clocks.mem,clocks.max.sm,clocks.max.mem")
+    if measure_bandwidth:
+        from .timing import copy_bandwidth
+
+        info["copy_bandwidth_gbps"] = copy_bandwidth() / 1e9
+    return info
+
+
+def write_gpu_info(results_dir: Path, machine: str, commit: str, info: dict | None = None) -> Path:
+    path = Path(results_dir) / machine / f"gpuinfo-{commit[:8]}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(info if info is not None else gpu_info(), indent=2, sort_keys=True) + "\n")
+    return path
