@@ -6,11 +6,11 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upg
 export PYTHONPATH="$PWD:/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
 export PATH="/tmp/site/bin:$PATH"
 specsample() { python3 -m specsample.cli "$@"; }
-# The device gets a copy of the working tree without .git: rebuild it from the carried bundle
+# The device gets a copy of the working tree without its history: rebuild it from the carried bundle
 # (../ .carry/repo.bundle, made with `git bundle create .carry/repo.bundle --all`) so asv can
 # read commit dates and backfill can make worktrees.
-if [ ! -d .git ] && [ -f .carry/repo.bundle ]; then
-  git clone -q --bare .carry/repo.bundle .git && git config --bool core.bare false \
+if ! git rev-parse -q --verify HEAD >/dev/null 2>&1 && [ -f .carry/repo.bundle ]; then
+  rm -rf .git && git clone -q --bare .carry/repo.bundle .git && git config --bool core.bare false \
     && git config user.email gpu@specsample.local && git config user.name "specsample gpu" \
     && git reset -q && git worktree prune
 fi

@@ -36,7 +36,7 @@ VOCAB_BLOCK_SIZE = 8192
 RESAMPLE_BLOCK_SIZE = 1024
 # Smallest acceptance uniform: tl.rand can return exactly 0, and log(0) would make the
 # standard test fail open; clamping to 2**-31 keeps log u finite (spec 3.8).
-MIN_UNIFORM = 2.0**-31
+MIN_UNIFORM = tl.constexpr(2.0**-31)
 
 
 # ---------------------------------------------------------------------------------------------
