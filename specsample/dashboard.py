@@ -116,7 +116,8 @@ FIGURES: tuple[FigureSpec, ...] = (
         FigureSpec(
             name=f"speedup-{base}-{x}-{rows}", title=f"Speedup of {NEWEST} over {base}",
             kind="heatmap", x=x, y="speedup", unit="×, base latency / head latency", line=rows,
-            filter=(*TIME, ("metric", "time_sample")), compare=(base, NEWEST), section="speedup",
+            filter=(*TIME, ("metric", "time_sample")), compare=(base, NEWEST), split="benchmark",
+            section="speedup",
         )
         for base in BASELINES
         for x, rows in (("num_reqs", "vocab_size"), ("K", "phi"))
@@ -124,8 +125,8 @@ FIGURES: tuple[FigureSpec, ...] = (
     FigureSpec(
         name="bandwidth", title="Achieved bandwidth fraction (median over other params)",
         kind="line", x="num_reqs", y="value", unit="fraction of copy bandwidth",
-        line="variant", facet="mode", filter=(("metric", "track_bandwidth_fraction"),),
-        agg="median", section="bandwidth",
+        line="variant", facet="mode", split="benchmark",
+        filter=(("metric", "track_bandwidth_fraction"),), agg="median", section="bandwidth",
     ),
 )
 
@@ -148,6 +149,7 @@ AXIS_LABELS: tuple[tuple[str, str], ...] = (
 
 VARIANT_COLORS: tuple[tuple[str, str], ...] = (
     ("mrv2", "C0"), ("mrv2-pre50939", "C1"), ("torch-eager", "C2"), ("flashinfer", "C3"),
+    ("flashinfer-kernel", "C4"),
 )
 
 DPI = 90  # small PNGs: the whole site stays well under 3 MB for a nightly history
@@ -186,7 +188,8 @@ def build_dashboard(
     df : DataFrame
         Results frame from :func:`specsample.results.load_results`.
     out_dir : str or Path
-        Created if missing; files of a previous build with the same names are overwritten.
+        Created if missing. ``figures/*.png`` of a previous build are removed first, so a
+        rebuild leaves no stale figure behind; nothing else there is touched.
     regressions : DataFrame, path or None
         Steps detected by ``asv publish``: the frame from
         :func:`specsample.results.load_asv_regressions`, or asv's html directory (or its
@@ -199,7 +202,7 @@ def build_dashboard(
         What to draw; default :data:`FIGURES`.
     """
     out_dir = Path(out_dir)
-    (out_dir / "figures").mkdir(parents=True, exist_ok=True)
+    _clear_figures(out_dir / "figures")
     notes: list[str] = []
     regressions = _regressions_frame(regressions, notes)
     machine = machine or _default_machine(df)
@@ -257,6 +260,12 @@ def _select(df: pd.DataFrame, spec: FigureSpec) -> pd.DataFrame:
     return selected
 
 
+def _require_varying(df: pd.DataFrame, column: str) -> None:
+    """A sweep that holds x at one value has nothing to draw against it."""
+    if df[column].nunique() < 2:
+        raise MissingData(f"{column} takes fewer than two values")
+
+
 def _newest_commit(df: pd.DataFrame) -> pd.DataFrame:
     """Rows of the newest commit present in df (a sweep may not run on every commit)."""
     order = _results.commit_order(df)
@@ -308,6 +317,7 @@ def _render_history(spec, df, regressions, split_value) -> Figure:
 
 def _render_line(spec, df, regressions, split_value) -> Figure:
     df = _newest_commit(df).assign(_y=lambda d: d[spec.y] * spec.scale)
+    _require_varying(df, spec.x)
     fig, axes = _facet_axes(spec, df)
     for ax, (facet_value, part) in zip(axes, _facets(spec, df)):
         for i, (line_value, series) in enumerate(_lines(spec, part)):
@@ -324,8 +334,9 @@ def _render_placeholder(spec, df, regressions, split_value) -> Figure:
     base_variant, head_variant = spec.compare
     pairs = compare_variants(_newest_commit(df), base_variant, head_variant)
     pairs = pairs[np.isfinite(pairs["ratio"])]
-    if pairs.empty or pairs[spec.x].nunique() < 1:
+    if pairs.empty:
         raise MissingData(f"no points measured for both {base_variant} and {head_variant}")
+    _require_varying(pairs, spec.x)
     fig, axes = _facet_axes(spec, pairs)
     low, high = PLACEHOLDER_DROP_BAND
     for ax, (facet_value, part) in zip(axes, _facets(spec, pairs)):
@@ -537,6 +548,12 @@ def _render_all(
             files.append(f"figures/{stem}.png")
         rendered.append(_Rendered(spec, tuple(files), ""))
     return rendered
+
+
+def _clear_figures(fig_dir: Path) -> None:
+    fig_dir.mkdir(parents=True, exist_ok=True)
+    for old in fig_dir.glob("*.png"):
+        old.unlink()
 
 
 def _regressions_frame(regressions, notes: list[str]) -> pd.DataFrame:

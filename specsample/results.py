@@ -54,8 +54,8 @@ COLUMNS: dict[str, str] = {
     "triton": "str",
     "benchmark": "str",  # full asv name, "<module>.<Class>.<method>"
     "module": "str",  # "bench_sampler"
-    "tier": "str",  # "quick" | "nightly" | "full", missing when the class has no tier prefix
-    "sweep": "str",  # class name without the tier prefix, "BatchSweep"
+    "tier": "str",  # "smoke" | "quick" | "nightly" | "full"; missing without a tier prefix
+    "sweep": "str",  # class name less tier and family: "NightlyBatchLatency" -> "Batch"
     "metric": "str",  # method name, "time_sample"
     "unit": "str",  # asv unit from benchmarks.json: "seconds" for time_*, the attribute for track_*
     "variant": "str",
@@ -65,6 +65,7 @@ COLUMNS: dict[str, str] = {
     "K": "Int64",
     "vocab_size": "Int64",
     "phi": "float64",
+    "pattern": "str",  # where placeholders sit: "trailing" | "random" (specsample.grid)
     "stage": "str",
     "value": "float64",  # median of the samples for time_*, the returned number for track_*
     "ci_lo": "float64",  # asv's 99% confidence interval of the median (time_* only)
@@ -76,12 +77,17 @@ COLUMNS: dict[str, str] = {
     "status": "str",  # "ok" | "failed" (asv null) | "skipped" (asv NaN)
 }
 
-# The parameter axes of the suite, in benchmarks' param_names order. Kernel benchmarks add stage.
+# The parameter axes of the suite (specsample.grid.PARAM_NAMES); stage benchmarks add stage.
 PARAM_COLUMNS: tuple[str, ...] = (
-    "variant", "mode", "draft", "num_reqs", "K", "vocab_size", "phi", "stage",
+    "variant", "mode", "draft", "num_reqs", "K", "vocab_size", "phi", "pattern", "stage",
 )
 ENV_COLUMNS: tuple[str, ...] = ("gpu", "driver", "cuda", "torch", "triton")
-TIERS: tuple[str, ...] = ("Quick", "Nightly", "Full")
+# Class-name prefixes (specsample.grid.TIERS, capitalised) and the metric-family suffixes the
+# suite's class factory appends (benchmarks/common.py: make_classes). Both are stripped so that
+# "sweep" names the sweep, and a sweep's Latency and Derived classes share it. Kept literal here
+# so the loader does not import the suite (and torch).
+TIERS: tuple[str, ...] = ("Smoke", "Quick", "Nightly", "Full")
+FAMILY_SUFFIXES: tuple[str, ...] = ("Latency", "Derived")
 
 # asv's file-format versions (asv.results.Results.api_version, asv.benchmarks.Benchmarks
 # .api_version). A file with another version is skipped, not guessed at.
@@ -198,21 +204,25 @@ def machine_environment(
 
 
 def split_benchmark_name(name: str) -> dict[str, str | None]:
-    """``"bench_sampler.NightlyBatchSweep.time_sample"`` -> module, tier, sweep, metric.
+    """``"bench_sampler.NightlyBatchLatency.time_sample"`` -> module, tier, sweep, metric.
 
-    The class-name prefix is the tier (Quick, Nightly, Full); the rest of the class name is the
-    sweep. A function benchmark (``module.time_x``) has no class: tier and sweep are None.
+    The class-name prefix is the tier (Smoke, Quick, Nightly, Full, lowercased); the rest of the
+    class name, less a metric-family suffix (Latency, Derived), is the sweep ("Batch"). A class
+    without a tier prefix has tier None and its whole name as sweep; a function benchmark
+    (``module.time_x``) has neither.
     """
     parts = name.split(".")
     if len(parts) < 3:
         return {"module": parts[0] if len(parts) == 2 else None, "tier": None, "sweep": None,
                 "metric": parts[-1]}
     module, cls, metric = ".".join(parts[:-2]), parts[-2], parts[-1]
-    for tier in TIERS:
-        if cls.startswith(tier) and len(cls) > len(tier):
-            return {"module": module, "tier": tier.lower(), "sweep": cls[len(tier):],
-                    "metric": metric}
-    return {"module": module, "tier": None, "sweep": cls, "metric": metric}
+    tier = next((t for t in TIERS if cls.startswith(t) and len(cls) > len(t)), None)
+    sweep = cls[len(tier):] if tier else cls
+    suffix = next((f for f in FAMILY_SUFFIXES if sweep.endswith(f) and len(sweep) > len(f)), None)
+    if tier and suffix:
+        sweep = sweep[: -len(suffix)]
+    return {"module": module, "tier": tier.lower() if tier else None, "sweep": sweep,
+            "metric": metric}
 
 
 def parse_param(text: str) -> object:

@@ -18,7 +18,7 @@ from specsample.signoff import (
 )
 
 RESULTS = Path(__file__).parent / "fixtures" / "asv_results"
-BENCH = "bench_sampler.NightlyBatchSweep.time_sample"
+BENCH = "bench_sampler.NightlyBatchLatency.time_sample"
 N_SAMPLES = 20  # enough for Mann-Whitney to reach p < 0.002 (min two-sided p ~ 1.5e-11)
 
 
@@ -37,7 +37,7 @@ def _point(commit, samples=None, *, value=None, variant="mrv2", num_reqs=64, sta
         "unit": "seconds" if (metric or benchmark).split(".")[-1].startswith("time_")
         else "fraction",
         "variant": variant, "mode": "standard", "draft": "logits", "num_reqs": num_reqs,
-        "K": 4, "vocab_size": 151936, "phi": 0.5, "stage": None,
+        "K": 4, "vocab_size": 151936, "phi": 0.5, "pattern": "trailing", "stage": None,
         "value": np.nan if status != "ok" else value,
         "ci_lo": ci[0] if ci else np.nan, "ci_hi": ci[1] if ci else np.nan,
         "q25": q25, "q75": q75, "n_samples": len(samples) if samples else None,
@@ -131,7 +131,7 @@ def test_no_samples_uses_ci_and_track_points_use_the_ratio():
     base = _frame([_point("b", value=1e-4, ci=(0.99e-4, 1.01e-4))])
     head = _frame([_point("h", value=1.2e-4, ci=(1.19e-4, 1.21e-4))])
     assert compare(base, head).test.iloc[0] == "ci-overlap"
-    bw = "bench_sampler.NightlyBatchSweep.track_bandwidth_fraction"
+    bw = "bench_sampler.NightlyBatchDerived.track_bandwidth_fraction"
     base = _frame([_point("b", value=0.80, benchmark=bw)])
     head = _frame([_point("h", value=0.60, benchmark=bw)])
     out = compare(base, head)
@@ -200,7 +200,8 @@ def test_report_markdown_has_summary_tables_noise_and_machine():
     assert "### Regressions (1)" in text and "### Improvements (1)" in text
     assert "| benchmark | point | base | head | change | p |" in text
     assert f"| `{BENCH}` | mrv2 standard logits R=64" not in text  # unchanged point not listed
-    assert "| mrv2 standard logits R=1 K=4 V=151936 phi=0.5 | 99.8 µs | 115 µs | +14.9% |" in text
+    row = "| mrv2 standard logits R=1 K=4 V=151936 phi=0.5 trailing | 99.8 µs | 115 µs | +14.9% |"
+    assert row in text
     assert "unchanged: 1" in text and "Noise: median relative IQR" in text
     assert "GPU `NVIDIA H200`" in text and "triton `3.6.0`" in text
 
@@ -238,7 +239,8 @@ def test_fixture_planted_kernel_step_is_a_regression(fixture_df):
     assert set(kernel[kernel.variant == "mrv2"].verdict) == {"regression"}
     assert kernel[kernel.variant == "mrv2"].ratio.to_numpy() == pytest.approx(1.15)
     assert set(kernel[kernel.variant == "mrv2-pre50939"].verdict) == {"unchanged"}
-    assert exit_code(out) == 2  # the planted failed track_bandwidth_fraction points
+    # the planted failed track_bandwidth_fraction points, and track_ratio_to_mrv2 for mrv2
+    assert exit_code(out) == 2
     # 5 samples a point in the nightly sweep: CI fallback, as asv would do
     assert set(out[out.metric == "time_sample"].test) <= {"ci-overlap", "mann-whitney", "none"}
     text = report_markdown(out, machine_environment(fixture_df, commit=commits[2]))
