@@ -155,7 +155,7 @@ def _pair(base: pd.DataFrame, head: pd.DataFrame, key: list[str]) -> pd.DataFram
                                                                labels + payload})
         sides.append(renamed)
     pairs = sides[0].merge(sides[1], on=key, how="outer", indicator=True, sort=False)
-    # The two sides must use one name per column for metric and unit; take head's when present.
+    # metric and unit describe the point, not a side: head's, or base's for a missing point.
     for label in ("metric", "unit"):
         if f"head_{label}" in pairs:
             pairs[label] = pairs[f"head_{label}"].fillna(pairs[f"base_{label}"])
