@@ -167,7 +167,7 @@ def run_tier(
 
 def measured_commits(results_dir: Path, machine: str) -> set[str]:
     """8-character hashes that already have a result file on ``machine``."""
-    return {p.name.split("-", 1)[0] for p in (results_dir / machine).glob("*-*.json") if not p.name.startswith("gpuinfo")}
+    return {p.name.split("-", 1)[0] for p in (results_dir / machine).glob("*-*.json")}
 
 
 def backfill(

@@ -708,7 +708,7 @@ def _environment_section(data: pd.DataFrame) -> str:
         return "\n".join(parts + ["</section>"])
     runs = _environment_changes(data[columns])
     if data[list(_results.ENV_COLUMNS)].isna().all().all():
-        parts.append(_note("No gpuinfo-<sha8>.json recorded for these results."))
+        parts.append(_note("No <sha8>.gpuinfo recorded for these results."))
     parts.append("<p>Commits where the environment changed, and the newest.</p>")
     lines = ["<table><tr>" + "".join(f"<th>{c}</th>" for c in columns) + "</tr>"]
     for row in runs.itertuples(index=False):

@@ -1,5 +1,6 @@
 """What asv's machine.json does not record: GPU, driver, CUDA, torch, Triton, clocks, copy
-bandwidth. Written beside each run's results as ``results/<machine>/gpuinfo-<sha8>.json``."""
+bandwidth. Written beside each run's results as ``results/<machine>/<sha8>.gpuinfo`` (JSON; not
+named ``*.json`` because asv reads every such file there as a result file)."""
 
 from __future__ import annotations
 
@@ -53,7 +54,7 @@ def gpu_info(measure_bandwidth: bool = True) -> dict:
 
 
 def write_gpu_info(results_dir: Path, machine: str, commit: str, info: dict | None = None) -> Path:
-    path = Path(results_dir) / machine / f"gpuinfo-{commit[:8]}.json"
+    path = Path(results_dir) / machine / f"{commit[:8]}.gpuinfo"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(info if info is not None else gpu_info(), indent=2, sort_keys=True) + "\n")
     return path

@@ -8,7 +8,7 @@ Layout read (asv 0.6.6, ``results_dir`` from ``asv.conf.json``)::
     results/benchmarks.json                      param_names, params, unit, type per benchmark
     results/<machine>/machine.json               asv machine info (no GPU field)
     results/<machine>/<sha8>-<env>.json          one file per (commit, environment)
-    results/<machine>/gpuinfo-<sha8>.json        GPU, driver, CUDA, torch, triton (our suite's)
+    results/<machine>/<sha8>.gpuinfo               GPU, driver, CUDA, torch, triton (our suite's)
 
 A result file stores, per benchmark, one row of values aligned with its ``result_columns``
 (``result``, ``params``, ``version``, ``started_at``, ``duration``, ``stats_ci_99_a``,
@@ -47,7 +47,7 @@ COLUMNS: dict[str, str] = {
     "date": "datetime64[ms, UTC]",  # commit date asv recorded (ms resolution in the file)
     "machine": "str",
     "env": "str",  # asv environment name, e.g. "existing-py_..._python3"
-    "gpu": "str",  # from gpuinfo-<sha8>.json; missing file -> NaN (pandas "str" missing value)
+    "gpu": "str",  # from <sha8>.gpuinfo; missing file -> NaN (pandas "str" missing value)
     "driver": "str",
     "cuda": "str",
     "torch": "str",
@@ -95,7 +95,8 @@ RESULTS_API_VERSION = 2
 BENCHMARKS_API_VERSION = 2
 
 _NOT_RESULT_FILES = {"machine.json", "benchmarks.json"}
-_GPUINFO_PREFIX = "gpuinfo-"
+# JSON, but not named *.json: asv would try to read it as a result file and warn.
+_GPUINFO_SUFFIX = ".gpuinfo"
 _STATS_FIELDS = {  # asv result column -> our column
     "stats_ci_99_a": "ci_lo",
     "stats_ci_99_b": "ci_hi",
@@ -320,22 +321,19 @@ def _load_benchmarks(path: Path, problems: list[Problem]) -> dict[str, dict]:
 
 
 def _result_files(machine_dir: Path) -> list[Path]:
-    return sorted(
-        p for p in machine_dir.glob("*.json")
-        if p.name not in _NOT_RESULT_FILES and not p.name.startswith(_GPUINFO_PREFIX)
-    )
+    return sorted(p for p in machine_dir.glob("*.json") if p.name not in _NOT_RESULT_FILES)
 
 
 def _load_gpuinfo(machine_dir: Path, problems: list[Problem]) -> dict[str, dict]:
-    """sha8 -> {gpu, driver, cuda, torch, triton} from gpuinfo-<sha8>.json files."""
+    """sha8 -> {gpu, driver, cuda, torch, triton} from <sha8>.gpuinfo files."""
     info = {}
-    for path in sorted(machine_dir.glob(f"{_GPUINFO_PREFIX}*.json")):
+    for path in sorted(machine_dir.glob(f"*{_GPUINFO_SUFFIX}")):
         try:
             data = _read_json(path)
         except _Skip as exc:
             problems.append(Problem(path, str(exc)))
             continue
-        sha8 = path.stem[len(_GPUINFO_PREFIX):][:8]
+        sha8 = path.stem[:8]
         info[sha8] = {k: None if data.get(k) is None else str(data[k]) for k in ENV_COLUMNS}
     return info
 
