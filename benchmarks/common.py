@@ -7,23 +7,37 @@ the grid) by combining a metric mixin with the sweep's ``params``:
   graph replay, cold L2), measured *in the benchmark process* and reported through asv's timer
   hook (:class:`specsample.timing.GpuClock`), so asv keeps its samples and confidence interval.
 * :class:`Derived` -- ``track_*``: latency, achieved-bandwidth fraction and the ratio to
-  ``mrv2``. ``setup_cache`` measures the whole sweep once per class in one CUDA context, with
-  the variants of each point interleaved (so ratios are immune to clock drift); the per-point
-  ``track_*`` processes then only read numbers, with no CUDA context of their own.
+  ``mrv2``. The whole sweep is measured once per class and run, in one CUDA context, with the
+  variants of each point interleaved (so ratios are immune to clock drift); every other
+  ``track_*`` process only reads those numbers (:func:`shared_measurement`).
 * :class:`Stages` -- ``track_stage_us``: each kernel of the pipeline timed on its own.
 * :class:`SmokeLatency` -- the CPU smoke tier: host wall time of one call under the Triton
   interpreter, to prove the suite imports and runs end to end on a machine without a GPU.
 
-Cost model (why the split): asv starts one process per parameter combination; each pays a CUDA
-context and a Triton cache load. ``setup`` runs in every one of them, ``setup_cache`` once per
-class -- so nothing heavy may sit in a ``setup`` that ``track_*`` methods share.
+Cost model (why the split), measured on the H200: asv starts one process per parameter
+combination; a ``time_sample`` point costs about 2-2.6 s (CUDA context, Triton cache load,
+workload build, graph capture, samples), a ``track_*`` point that reads a shared measurement
+about 0.02 s. So the tiers keep ``Latency`` classes to the points whose history matters most
+and measure the wide sweeps through ``Derived``.
+
+Why not asv's ``setup_cache``: asv keys that cache by the defining function's module and line,
+so every generated class inheriting one ``setup_cache`` would share one cache (seen: the second
+class's points all came back skipped). :func:`shared_measurement` keys by class name instead,
+in a scratch directory private to one asv run.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
+import pickle
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
 
 import torch
+from asv_runner.benchmarks.mark import SkipNotImplemented
 
 from specsample import timing, variants
 from specsample.grid import Sweep, workload_of
@@ -44,6 +58,29 @@ def _point(names: list[str], params: tuple) -> dict:
 
 def _group_key(point: dict, drop: tuple[str, ...]) -> tuple:
     return tuple((k, v) for k, v in point.items() if k not in drop)
+
+
+def _run_scratch() -> Path:
+    """A directory private to this asv run: SPECSAMPLE_RUN_ID (set by ``specsample bench``),
+    else the pid of asv's forkserver, the common parent of this run's benchmark processes."""
+    run_id = os.environ.get("SPECSAMPLE_RUN_ID") or f"forkserver-{os.getppid()}"
+    path = Path(tempfile.gettempdir()) / f"specsample-run-{run_id}"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def shared_measurement(key: str, measure: Callable[[], object]) -> object:
+    """``measure()`` once per ``key`` and asv run; later callers (other processes) read it."""
+    path = _run_scratch() / f"{key}.pkl"
+    with open(path.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        with contextlib.suppress(FileNotFoundError):
+            return pickle.loads(path.read_bytes())
+        value = measure()
+        tmp = path.with_suffix(".tmp")
+        tmp.write_bytes(pickle.dumps(value))
+        os.replace(tmp, path)
+        return value
 
 
 class Latency:
@@ -77,11 +114,15 @@ class Latency:
 class Derived:
     """Numbers derived from one interleaved measurement of every variant at each point."""
 
-    timeout = 900  # setup_cache measures the whole sweep
+    timeout = 900  # the first point of a class measures the whole sweep
 
-    def setup_cache(self):
-        if not torch.cuda.is_available():
-            return None
+    def setup(self, *params):
+        _needs_cuda()
+        self.cache = shared_measurement(type(self).__name__, self.measure_sweep)
+        if tuple(params) not in self.cache["points"]:
+            raise NotImplementedError("variant does not support this point")
+
+    def measure_sweep(self) -> dict:
         copy_bw = timing.copy_bandwidth()
         out = {"copy_bandwidth": copy_bw, "points": {}}
         names = self.param_names
@@ -96,33 +137,27 @@ class Derived:
                     out["points"][point_key] = {"median": t.median, "bytes": t.extra["bytes_required"]}
         return out
 
-    def setup(self, cache, *params):
-        if cache is None:
-            raise NotImplementedError("needs a CUDA GPU")
-        if tuple(params) not in cache["points"]:
-            raise NotImplementedError("variant does not support this point")
-
-    def track_latency_us(self, cache, *params):
-        return cache["points"][tuple(params)]["median"] * 1e6
+    def track_latency_us(self, *params):
+        return self.cache["points"][tuple(params)]["median"] * 1e6
 
     track_latency_us.unit = "us"
 
-    def track_bandwidth_fraction(self, cache, *params):
+    def track_bandwidth_fraction(self, *params):
         """Bytes the algorithm must move / latency / measured device copy bandwidth."""
-        p = cache["points"][tuple(params)]
-        return p["bytes"] / p["median"] / cache["copy_bandwidth"]
+        p = self.cache["points"][tuple(params)]
+        return p["bytes"] / p["median"] / self.cache["copy_bandwidth"]
 
     track_bandwidth_fraction.unit = "fraction of copy bandwidth"
 
-    def track_ratio_to_mrv2(self, cache, *params):
+    def track_ratio_to_mrv2(self, *params):
         """This variant's latency over mrv2's at the same point, measured interleaved."""
         point = _point(self.param_names, params)
-        if point["variant"] == "mrv2":
-            raise NotImplementedError("mrv2 is the denominator")
         base = tuple(dict(point, variant="mrv2")[n] for n in self.param_names)
-        if base not in cache["points"]:
-            raise NotImplementedError("mrv2 not measured at this point")
-        return cache["points"][tuple(params)]["median"] / cache["points"][base]["median"]
+        # A skip raised in the body must be SkipNotImplemented: asv-runner records a plain
+        # NotImplementedError here as a failure (only setup turns it into a skip).
+        if point["variant"] == "mrv2" or base not in self.cache["points"]:
+            raise SkipNotImplemented("the ratio needs mrv2 measured beside another variant")
+        return self.cache["points"][tuple(params)]["median"] / self.cache["points"][base]["median"]
 
     track_ratio_to_mrv2.unit = "ratio"
 
@@ -132,9 +167,13 @@ class Stages:
 
     timeout = 900
 
-    def setup_cache(self):
-        if not torch.cuda.is_available():
-            return None
+    def setup(self, *params):
+        _needs_cuda()
+        self.cache = shared_measurement(type(self).__name__, self.measure_sweep)
+        if tuple(params) not in self.cache:
+            raise NotImplementedError("this mode or draft kind does not launch this kernel")
+
+    def measure_sweep(self) -> dict:
         groups: dict[tuple, list[str]] = {}
         for point in self.sweep.points():
             key = _group_key(point, ("variant", "stage"))
@@ -147,14 +186,8 @@ class Stages:
                 out[tuple(dict(key, variant=name, stage=stage)[n] for n in self.param_names)] = t.median
         return out
 
-    def setup(self, cache, *params):
-        if cache is None:
-            raise NotImplementedError("needs a CUDA GPU")
-        if tuple(params) not in cache:
-            raise NotImplementedError("this mode or draft kind does not launch this kernel")
-
-    def track_stage_us(self, cache, *params):
-        return cache[tuple(params)] * 1e6
+    def track_stage_us(self, *params):
+        return self.cache[tuple(params)] * 1e6
 
     track_stage_us.unit = "us"
 
@@ -190,8 +223,10 @@ def make_classes(sweeps: tuple[Sweep, ...], module: str) -> dict[str, type]:
             families = {"": Stages}
         elif sweep.tier == "smoke":
             families = {"Latency": SmokeLatency}
-        else:
+        elif sweep.latency:
             families = {"Latency": Latency, "Derived": Derived}
+        else:
+            families = {"Derived": Derived}
         for suffix, mixin in families.items():
             name = sweep.class_name + suffix
             attrs = {

@@ -148,7 +148,8 @@ def run_tier(
         # The measured checkout first, then whatever else the caller had on PYTHONPATH (e.g.
         # asv's own wheels on a GPU box without network): asv strips PYTHONPATH itself.
         path = os.pathsep.join(p for p in (str(checkout), os.environ.get("PYTHONPATH", "")) if p)
-        env = dict(os.environ, ASV_PYTHONPATH=path, PYTHONPATH=path)
+        # One scratch space per run for the measurements Derived classes share.
+        env = dict(os.environ, ASV_PYTHONPATH=path, PYTHONPATH=path, SPECSAMPLE_RUN_ID=Path(tmp).name)
         cmd = [
             python, "-m", "asv", "run", "--config", str(conf), "--machine", machine,
             "-E", f"existing:{python}", "--set-commit-hash", commit, "--record-samples",

@@ -48,6 +48,7 @@ class Sweep:
     name: str
     axes: tuple[tuple[str, tuple], ...]
     kind: str = "sampler"  # "sampler" (end to end) or "stages" (per-kernel breakdown)
+    latency: bool = True  # also an asv-statistics time_ class (about 2 s a point on the H200)
 
     @property
     def class_name(self) -> str:
@@ -82,11 +83,11 @@ def workload_of(point: dict) -> Workload:
     )
 
 
-def _sweep(tier: str, name: str, kind: str = "sampler", **overrides: tuple) -> Sweep:
+def _sweep(tier: str, name: str, kind: str = "sampler", latency: bool = True, **overrides: tuple) -> Sweep:
     axes = dict(BASE, **overrides)
     if kind == "stages":
         axes["stage"] = STAGES
-    return Sweep(tier, name, tuple(axes.items()), kind)
+    return Sweep(tier, name, tuple(axes.items()), kind, latency and kind == "sampler")
 
 
 _PEERS = ("mrv2", "mrv2-pre50939", "torch-eager", "flashinfer", "flashinfer-kernel")
@@ -99,16 +100,20 @@ SWEEPS: tuple[Sweep, ...] = (
     # ---- quick: ~60 points for sign-off
     _sweep("quick", "Density", phi=(0.0, 0.5, 1.0), draft=("logits", "one-hot")),
     _sweep("quick", "Shape", num_reqs=(8, 512), vocab_size=(32000, 262144)),
-    # ---- nightly: one-axis sweeps around the base point, density sweeps per mode, peers
+    # ---- nightly: one-axis sweeps around the base point, density sweeps per mode, peers.
+    # Latency (asv statistics, ~2 s a point) for the one-axis sweeps and the placeholder
+    # extremes; the wide density and peer sweeps are measured interleaved in one process.
     _sweep("nightly", "Batch", num_reqs=(1, 8, 32, 128, 256, 512)),
     _sweep("nightly", "Steps", K=(1, 3, 4, 7, 8)),
     _sweep("nightly", "Vocab", vocab_size=(32000, 128256, 151936, 155264, 262144)),
-    _sweep("nightly", "Density", phi=_DENSITIES, pattern=("trailing", "random"), draft=("logits", "one-hot")),
-    _sweep("nightly", "Peers", variant=_PEERS, mode=("standard",), phi=(0.0,),
+    _sweep("nightly", "Placeholders", phi=(0.0, 1.0)),
+    _sweep("nightly", "Density", latency=False, phi=_DENSITIES, pattern=("trailing", "random"),
+           draft=("logits", "one-hot")),
+    _sweep("nightly", "Peers", latency=False, variant=_PEERS, mode=("standard",), phi=(0.0,),
            num_reqs=(1, 32, 128, 512), vocab_size=(32000, 151936)),
     _sweep("nightly", "Stages", kind="stages", phi=(0.0, 0.5, 1.0), draft=("logits", "one-hot")),
     # ---- full: the cartesian grid of spec section 8
-    _sweep("full", "Grid", num_reqs=(1, 8, 32, 128, 256, 512), K=(1, 4, 8),
+    _sweep("full", "Grid", latency=False, num_reqs=(1, 8, 32, 128, 256, 512), K=(1, 4, 8),
            vocab_size=(32000, 151936, 262144), phi=(0.0, 0.5, 1.0), draft=("logits", "one-hot")),
     _sweep("full", "Stages", kind="stages", num_reqs=(8, 128, 512), phi=_DENSITIES,
            draft=("logits", "one-hot")),
