@@ -171,6 +171,18 @@ def measured_commits(results_dir: Path, machine: str) -> set[str]:
     return {p.name.split("-", 1)[0] for p in (results_dir / machine).glob("*-*.json")}
 
 
+@contextlib.contextmanager
+def worktree(repo: Path, commit: str) -> Iterator[Path]:
+    """A detached worktree of ``commit``, removed afterwards."""
+    with tempfile.TemporaryDirectory(prefix="specsample-wt-") as tmp:
+        wt = Path(tmp) / commit[:8]
+        git(repo, "worktree", "add", "--detach", str(wt), commit)
+        try:
+            yield wt
+        finally:
+            git(repo, "worktree", "remove", "--force", str(wt))
+
+
 def backfill(
     revs: list[str],
     *,
@@ -188,16 +200,11 @@ def backfill(
         if commit[:8] in done:
             log(f"[{i}/{len(commits)}] {commit[:8]} already measured on {machine}: skipped")
             continue
-        with tempfile.TemporaryDirectory(prefix="specsample-wt-") as tmp:
-            wt = Path(tmp) / "wt"
-            git(repo, "worktree", "add", "--detach", str(wt), commit)
-            try:
-                if not (wt / "benchmarks").is_dir():
-                    log(f"[{i}/{len(commits)}] {commit[:8]} has no benchmarks/: skipped")
-                    continue
-                log(f"[{i}/{len(commits)}] {commit[:8]}: benchmarking the {tier} tier")
-                run_tier(tier, repo=repo, results_dir=results_dir, machine=machine, checkout=wt, commit=commit, log=log)
-                measured.append(commit)
-            finally:
-                git(repo, "worktree", "remove", "--force", str(wt))
+        with worktree(repo, commit) as wt:
+            if not (wt / "benchmarks").is_dir():
+                log(f"[{i}/{len(commits)}] {commit[:8]} has no benchmarks/: skipped")
+                continue
+            log(f"[{i}/{len(commits)}] {commit[:8]}: benchmarking the {tier} tier")
+            run_tier(tier, repo=repo, results_dir=results_dir, machine=machine, checkout=wt, commit=commit, log=log)
+            measured.append(commit)
     return measured

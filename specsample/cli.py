@@ -19,6 +19,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -82,12 +83,18 @@ def _format_row(row: dict) -> str:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from .asv_runs import run_lock, run_tier
+    from .asv_runs import run_lock, run_tier, worktree
 
     repo = _repo_root()
     results = repo / "results"
     with run_lock(results):
-        run_tier(args.tier, repo=repo, results_dir=results, machine=args.machine, bench=args.bench)
+        if args.rev is None:
+            run_tier(args.tier, repo=repo, results_dir=results, machine=args.machine, bench=args.bench)
+        else:
+            sha = _rev(args.rev)
+            with worktree(repo, sha) as wt:
+                run_tier(args.tier, repo=repo, results_dir=results, machine=args.machine, checkout=wt,
+                         commit=sha, bench=args.bench)  # fmt: skip
     return 0
 
 
@@ -100,6 +107,114 @@ def cmd_backfill(args: argparse.Namespace) -> int:
         done = backfill(args.revs, repo=repo, results_dir=results, machine=args.machine, tier=args.tier)
     print(f"specsample backfill: measured {len(done)} commit(s): {' '.join(c[:8] for c in done)}")
     return 0
+
+
+# The nightly tier runs in two asv invocations: the asv-statistics latency classes first, then
+# the derived and per-kernel classes. Results are promoted after each, so an interrupted second
+# half keeps the first.
+NIGHTLY_PARTS = (r"^bench_sampler\.Nightly\w+Latency", r"^bench_(sampler\.Nightly\w+Derived|stages\.Nightly)")
+
+
+def cmd_nightly(args: argparse.Namespace) -> int:
+    from .asv_runs import run_lock, run_tier
+
+    repo = _repo_root()
+    results = repo / "results"
+    start = time.monotonic()
+    with run_lock(results):
+        for i, part in enumerate(NIGHTLY_PARTS, 1):
+            print(f"specsample nightly: part {i}/{len(NIGHTLY_PARTS)} ({part})", flush=True)
+            run_tier("nightly", repo=repo, results_dir=results, machine=args.machine, bench=part)
+        publish(repo, results, repo / "html")
+        build_site(results, repo / "dashboards", html_dir=repo / "html")
+    print(f"specsample nightly: done in {time.monotonic() - start:.0f} s")
+    return 0
+
+
+def publish(repo: Path, results: Path, html_dir: Path) -> None:
+    """``asv publish`` of ``results`` into ``html_dir`` (regressions.json, the asv site)."""
+    conf = {"version": 1, "project": "specsample", "repo": str(repo), "branches": ["HEAD"],
+            "environment_type": "existing", "benchmark_dir": str(repo / "benchmarks"),
+            "results_dir": str(results), "html_dir": str(html_dir),
+            "regressions_thresholds": {".*": 0.05}}  # fmt: skip
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "asv.conf.json"
+        path.write_text(json.dumps(conf))
+        subprocess.run([sys.executable, "-m", "asv", "publish", "--config", str(path)], check=True)
+
+
+def build_site(results: Path, out: Path, html_dir: Path | None = None) -> Path:
+    from .dashboard import build_dashboard
+    from .results import load_results
+
+    start = time.monotonic()
+    df, problems = load_results(results)
+    for problem in problems:
+        print(f"specsample: skipped {problem.path}: {problem.reason}", file=sys.stderr)
+    if df.empty:
+        raise SystemExit(f"specsample dashboard: no results under {results}")
+    regressions = html_dir if html_dir is not None and (html_dir / "regressions.json").exists() else None
+    index = build_dashboard(df, out, regressions=regressions)
+    print(f"specsample dashboard: {len(df)} result rows -> {index} in {time.monotonic() - start:.1f} s")
+    return index
+
+
+def cmd_dashboard(args: argparse.Namespace) -> int:
+    build_site(Path(args.results), Path(args.out), Path(args.html) if args.html else None)
+    return 0
+
+
+def cmd_signoff(args: argparse.Namespace) -> int:
+    from . import signoff
+    from .results import load_results, machine_environment
+
+    if args.variants:
+        df, _ = load_results(Path(args.results))
+        if args.commit:
+            df = df[df["commit"].str.startswith(args.commit)]
+        df = df[df["metric"] == "time_sample"]
+        base, head = args.variants
+        verdicts = signoff.compare_variants(df, base, head, alpha=args.alpha, min_effect=args.min_effect)
+        title = f"specsample sign-off: {head} vs {base}"
+    else:
+        if not (args.base and args.head):
+            raise SystemExit("specsample signoff: give BASE HEAD commits, or --variants BASE HEAD")
+        df = _signoff_runs(args)
+        base_sha, head_sha = (_rev(r) for r in (args.base, args.head))
+        verdicts = signoff.compare(df[df["commit"] == base_sha], df[df["commit"] == head_sha],
+                                   alpha=args.alpha, min_effect=args.min_effect)  # fmt: skip
+        title = f"specsample sign-off: {head_sha[:8]} vs {base_sha[:8]}"
+    report = signoff.report_markdown(verdicts, machine_environment(df), title=title)
+    print(report)
+    if args.report:
+        Path(args.report).write_text(report)
+    return signoff.exit_code(verdicts)
+
+
+def _rev(rev: str) -> str:
+    from .asv_runs import git
+
+    return git(_repo_root(), "rev-parse", rev)
+
+
+def _signoff_runs(args: argparse.Namespace):
+    """Benchmark BASE and HEAD from worktrees, alternating rounds, into a scratch results dir."""
+    from .asv_runs import run_tier, worktree
+    from .grid import bench_regex
+    from .results import load_results
+
+    repo = _repo_root()
+    scratch = Path(args.scratch or tempfile.mkdtemp(prefix="specsample-signoff-"))
+    base, head = _rev(args.base), _rev(args.head)
+    with worktree(repo, base) as base_tree, worktree(repo, head) as head_tree:
+        for round_ in range(1, args.rounds + 1):
+            for sha, tree in ((base, base_tree), (head, head_tree)):  # alternate to cancel drift
+                print(f"specsample signoff: round {round_}/{args.rounds}, {sha[:8]}", flush=True)
+                run_tier(args.tier, repo=repo, results_dir=scratch, machine=args.machine, checkout=tree,
+                         commit=sha, bench=args.bench or bench_regex(args.tier),
+                         extra_args=("--append-samples",) if round_ > 1 else ())  # fmt: skip
+    df, _ = load_results(scratch)
+    return df[df["metric"] == "time_sample"]
 
 
 def cmd_gpuinfo(args: argparse.Namespace) -> int:
@@ -134,6 +249,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--tier", default="nightly", choices=["smoke", "quick", "nightly", "full"])
     b.add_argument("--machine", default=DEFAULT_MACHINE)
     b.add_argument("--bench", help="asv --bench regex (default: the whole tier)")
+    b.add_argument("--rev", help="measure this commit from a worktree instead of the checkout")
     b.set_defaults(func=cmd_bench)
 
     f = sub.add_parser("backfill", help="benchmark past commits, each in its own worktree")
@@ -141,6 +257,32 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--tier", default="quick", choices=["smoke", "quick", "nightly", "full"])
     f.add_argument("--machine", default=DEFAULT_MACHINE)
     f.set_defaults(func=cmd_backfill)
+
+    n = sub.add_parser("nightly", help="bench the nightly tier, asv publish, rebuild dashboards/")
+    n.add_argument("--machine", default=DEFAULT_MACHINE)
+    n.set_defaults(func=cmd_nightly)
+
+    d = sub.add_parser("dashboard", help="build dashboards/ from results/ (no GPU needed)")
+    d.add_argument("--results", default="results")
+    d.add_argument("--out", default="dashboards")
+    d.add_argument("--html", help="asv publish output, for its detected regressions (default: none)")
+    d.set_defaults(func=cmd_dashboard)
+
+    s = sub.add_parser("signoff", help="did anything get slower? exit 0 pass, 1 regression, 2 failure")
+    s.add_argument("base", nargs="?", help="base commit (benchmarked from a worktree)")
+    s.add_argument("head", nargs="?", help="head commit")
+    s.add_argument("--variants", nargs=2, metavar=("BASE", "HEAD"), help="compare two variants in results/ instead")
+    s.add_argument("--commit", help="with --variants: only this commit's results")
+    s.add_argument("--results", default="results")
+    s.add_argument("--tier", default="quick", choices=["smoke", "quick", "nightly", "full"])
+    s.add_argument("--bench", help="asv --bench regex: a slice of the tier")
+    s.add_argument("--rounds", type=int, default=2, help="alternating base/head rounds")
+    s.add_argument("--alpha", type=float, default=0.002)
+    s.add_argument("--min-effect", type=float, default=0.05)
+    s.add_argument("--machine", default=DEFAULT_MACHINE)
+    s.add_argument("--scratch", help="results directory for the sign-off runs (default: a temp dir)")
+    s.add_argument("--report", help="also write the markdown report here")
+    s.set_defaults(func=cmd_signoff)
 
     g = sub.add_parser("gpuinfo", help="print GPU, driver, CUDA, torch, Triton, clocks, copy bandwidth")
     g.set_defaults(func=cmd_gpuinfo)

@@ -115,16 +115,18 @@ def check_inputs(
         expected_local = torch.cat([torch.arange(n) for n in rows]) if rows else local
         if not torch.equal(local.to(torch.int64), expected_local):
             _fail("expanded_local_pos", "the local position of each row within its request", local.tolist()[:16])
+    if num_reqs:  # the slot range first, so a bad slot is blamed on idx_mapping itself
+        req_slots = idx_mapping.cpu()
+        lo, hi = int(req_slots.min()), int(req_slots.max())
+        if lo < 0 or hi >= max_num_reqs:
+            _fail("idx_mapping", f"slots in [0, {max_num_reqs})", f"range [{lo}, {hi}]")
+    if num_logits:
         slots = expanded_idx_mapping.cpu().to(torch.int64)
         expected_slots = torch.repeat_interleave(idx_mapping.cpu().to(torch.int64), torch.tensor(rows))
         if not torch.equal(slots, expected_slots):
             _fail("expanded_idx_mapping", "idx_mapping repeated over each request's rows", slots.tolist()[:16])
-    if num_reqs:
-        slots = idx_mapping.cpu()
-        if int(slots.min()) < 0 or int(slots.max()) >= max_num_reqs:
-            _fail("idx_mapping", f"slots in [0, {max_num_reqs})", f"range [{int(slots.min())}, {int(slots.max())}]")
     temps = temperature.cpu()
-    if bool(torch.isnan(temps).any()) or bool((temps < 0).any()):
+    if not bool(torch.isfinite(temps).all()) or bool((temps < 0).any()):
         _fail("temperature", "finite values >= 0 (0 means greedy)", temps.tolist()[:16])
     if synthetic_conditional_rates is not None:
         rates = synthetic_conditional_rates.cpu()

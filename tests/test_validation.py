@@ -171,6 +171,7 @@ BAD_INPUTS = [
     # temperature / seed / K
     ("temperature-negative", _put("temperature", 1, -0.5), "temperature"),
     ("temperature-nan", _put("temperature", 2, float("nan")), "temperature"),
+    ("temperature-inf", _put("temperature", 0, float("inf")), "temperature"),
     ("temperature-fp64", _set("temperature", lambda i: i["temperature"].double()), "temperature"),
     ("temperature-2d", _set("temperature", lambda i: i["temperature"][None]), "temperature"),
     ("seed-int32", _set("seed", lambda i: i["seed"].int()), "seed"),
