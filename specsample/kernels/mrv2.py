@@ -34,9 +34,11 @@ import triton.language as tl
 VOCAB_BLOCK_SIZE = 8192
 # Vocab block of the resample kernel: smaller, so R*rb programs fill the GPU at small R.
 RESAMPLE_BLOCK_SIZE = 1024
-# Smallest acceptance uniform: tl.rand can return exactly 0, and log(0) would make the
-# standard test fail open; clamping to 2**-31 keeps log u finite (spec 3.8).
-MIN_UNIFORM = tl.constexpr(2.0**-31)
+# Smallest uniform: tl.rand can return exactly 0, and log(0) would make the standard test fail
+# open (and the Gumbel noise infinite); the clamp keeps log u finite (spec 3.8). The constant is
+# Triton's own scale, fp32(4.6566127342e-10) = 2**-31 * (1 - 2**-24), the smallest positive
+# value tl.rand returns (as specsample.rng.RAND32_MIN).
+MIN_UNIFORM = tl.constexpr(4.6566127342e-10)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -544,7 +546,7 @@ def _resample_kernel(
     else:
         if temperature != 0.0:
             gseed = tl.randint(tl.load(seed_ptr + slot), tl.load(pos_ptr + row).to(tl.int32))
-            u = tl.rand(gseed, offs.to(tl.int32))
+            u = tl.maximum(tl.rand(gseed, offs.to(tl.int32)), MIN_UNIFORM)
             # "flipped" Gumbel: -log(-log1p(-u)) keeps the winning tail at u -> 0, where fp32
             # has resolution.
             rho = rho - tl.log(-_log1m(u))

@@ -1,0 +1,56 @@
+"""The asv suite itself: ``asv check`` passes and the CPU smoke tier runs end to end.
+
+The smoke tier runs the Triton interpreter on CPU (tiny shapes); on a CUDA machine it runs the
+compiled kernels. Results go to a temporary directory, never into results/.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from specsample.asv_runs import run_tier
+from specsample.results import load_results
+
+REPO = Path(__file__).resolve().parents[1]
+
+pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="asv needs git")
+
+
+def _env() -> dict:
+    path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
+    return dict(os.environ, ASV_PYTHONPATH=path, PYTHONPATH=path, TRITON_INTERPRET=os.environ.get("TRITON_INTERPRET", "1"))
+
+
+def test_asv_check_passes():
+    subprocess.run([sys.executable, "-m", "asv", "machine", "--yes", "--machine", "ci"], check=True, cwd=REPO,
+                   capture_output=True)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-m", "asv", "check", "-E", f"existing:{sys.executable}"],
+        cwd=REPO, env=_env(), capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "No problems found" in proc.stdout
+
+
+def test_smoke_tier_runs_and_loads(tmp_path, monkeypatch):
+    """``specsample bench --tier smoke`` machinery: asv run in the existing environment, staged
+    results promoted into a results dir, GPU info written, and the loader reads them back."""
+    monkeypatch.setenv("TRITON_INTERPRET", os.environ.get("TRITON_INTERPRET", "1"))
+    commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True,
+                            check=True).stdout.strip()  # fmt: skip
+    results = tmp_path / "results"
+    written = run_tier("smoke", repo=REPO, results_dir=results, machine="ci", commit=commit, log=lambda _: None)
+    assert any(p.name.startswith(commit[:8]) and p.suffix == ".json" for p in written)
+    assert json.loads((results / "ci" / f"{commit[:8]}.gpuinfo").read_text())["torch"]
+    df, problems = load_results(results)
+    assert not problems
+    smoke = df[df["tier"] == "smoke"]
+    assert len(smoke) == 8 and (smoke["status"] == "ok").all()
+    assert (smoke["value"] > 0).all()
