@@ -114,6 +114,16 @@ FIGURES: tuple[FigureSpec, ...] = (
     ),
     *(
         FigureSpec(
+            name=f"placeholder-interleaved-{draft}",
+            title=f"Placeholder handling ({draft} drafts, variants interleaved): mrv2 vs mrv2-pre50939 vs phi",
+            kind="placeholder", x="phi", y="value", unit="µs", line="variant", facet="mode",
+            split="benchmark", filter=(("metric", "track_latency_us"), ("draft", draft)),
+            compare=PLACEHOLDER_VARIANTS, section="placeholder-panel",
+        )
+        for draft in ("logits", "one-hot")
+    ),
+    *(
+        FigureSpec(
             name=f"speedup-{base}-{x}-{rows}", title=f"Speedup of {NEWEST} over {base}",
             kind="heatmap", x=x, y="speedup", unit="×, base latency / head latency", line=rows,
             filter=(*TIME, ("metric", "time_sample")), compare=(base, NEWEST), split="benchmark",
@@ -125,6 +135,12 @@ FIGURES: tuple[FigureSpec, ...] = (
     FigureSpec(
         name="bandwidth", title="Achieved bandwidth fraction (median over other params)",
         kind="line", x="num_reqs", y="value", unit="fraction of copy bandwidth",
+        line="variant", facet="mode", split="benchmark",
+        filter=(("metric", "track_bandwidth_fraction"),), agg="median", section="bandwidth",
+    ),
+    FigureSpec(
+        name="bandwidth-phi", title="Achieved bandwidth fraction vs placeholder density (median over other params)",
+        kind="line", x="phi", y="value", unit="fraction of copy bandwidth",
         line="variant", facet="mode", split="benchmark",
         filter=(("metric", "track_bandwidth_fraction"),), agg="median", section="bandwidth",
     ),
