@@ -90,14 +90,13 @@ def rejection_sample(
     >>> inputs = make_inputs(Workload(num_reqs=4, vocab_size=1000), device="cuda")
     >>> sampled, num_sampled = rejection_sample(**inputs)
     """
-    if validate:
-        check_inputs(
-            target_logits, draft_logits, draft_sampled, cu_num_logits, pos, idx_mapping,
-            expanded_idx_mapping, expanded_local_pos, temperature, seed, num_speculative_steps,
-            synthetic_conditional_rates, use_block_verification,
-        )  # fmt: skip
-    return mrv2.launch(
-        target_logits, draft_logits, draft_sampled, cu_num_logits, pos, idx_mapping,
-        expanded_idx_mapping, expanded_local_pos, temperature, seed, num_speculative_steps,
-        synthetic_conditional_rates, use_fp64, use_block_verification, placeholder_fix=True,
-    )  # fmt: skip
+    return checked_launch(dict(locals()), placeholder_fix=True)
+
+
+def checked_launch(arguments: dict, *, placeholder_fix: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """Validate ``arguments`` (those of :func:`rejection_sample`; skipped when ``validate`` is
+    False) and run the pipeline; ``placeholder_fix=False`` is the pre-#50939 replica."""
+    args = dict(arguments)
+    if args.pop("validate", True):
+        check_inputs(**args)
+    return mrv2.launch(**args, placeholder_fix=placeholder_fix)

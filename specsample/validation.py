@@ -45,6 +45,7 @@ def check_inputs(
     num_speculative_steps: int,
     synthetic_conditional_rates: torch.Tensor | None = None,
     use_block_verification: bool = False,
+    use_fp64: bool = False,
     require_triton_device: bool = True,
 ) -> None:
     """Validate the arguments of ``rejection_sample``; raise ``ValueError`` on the first problem."""
@@ -53,6 +54,9 @@ def check_inputs(
     num_logits, vocab_size = target_logits.shape
     if target_logits.stride(-1) != 1:
         _fail("target_logits", "last-dimension stride 1", target_logits.stride())
+    for name, flag in (("use_block_verification", use_block_verification), ("use_fp64", use_fp64)):
+        if not isinstance(flag, bool):
+            _fail(name, "a bool", type(flag).__name__)
     if not isinstance(num_speculative_steps, int) or num_speculative_steps < 1:
         _fail("num_speculative_steps", "an int >= 1", num_speculative_steps)
     k = num_speculative_steps

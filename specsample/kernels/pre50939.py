@@ -12,39 +12,16 @@ accept drafts after a placeholder and emit ``-1``.
 
 from __future__ import annotations
 
+import inspect
+
 import torch
 
-from ..validation import check_inputs
-from . import mrv2
 
+def rejection_sample_pre50939(*args, **kwargs) -> tuple[torch.Tensor, torch.Tensor]:
+    """Pre-#50939 replica, with the arguments, validation and outputs of
+    :func:`specsample.rejection_sample` (see there)."""
+    from ..sampler import checked_launch, rejection_sample
 
-def rejection_sample_pre50939(
-    target_logits: torch.Tensor,
-    draft_logits: torch.Tensor | None,
-    draft_sampled: torch.Tensor,
-    cu_num_logits: torch.Tensor,
-    pos: torch.Tensor,
-    idx_mapping: torch.Tensor,
-    expanded_idx_mapping: torch.Tensor,
-    expanded_local_pos: torch.Tensor,
-    temperature: torch.Tensor,
-    seed: torch.Tensor,
-    num_speculative_steps: int,
-    *,
-    synthetic_conditional_rates: torch.Tensor | None = None,
-    use_fp64: bool = False,
-    use_block_verification: bool = False,
-    validate: bool = True,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Pre-#50939 replica with the arguments and outputs of :func:`specsample.rejection_sample`."""
-    if validate:
-        check_inputs(
-            target_logits, draft_logits, draft_sampled, cu_num_logits, pos, idx_mapping,
-            expanded_idx_mapping, expanded_local_pos, temperature, seed, num_speculative_steps,
-            synthetic_conditional_rates, use_block_verification,
-        )  # fmt: skip
-    return mrv2.launch(
-        target_logits, draft_logits, draft_sampled, cu_num_logits, pos, idx_mapping,
-        expanded_idx_mapping, expanded_local_pos, temperature, seed, num_speculative_steps,
-        synthetic_conditional_rates, use_fp64, use_block_verification, placeholder_fix=False,
-    )  # fmt: skip
+    bound = inspect.signature(rejection_sample).bind(*args, **kwargs)
+    bound.apply_defaults()
+    return checked_launch(bound.arguments, placeholder_fix=False)
