@@ -1,0 +1,268 @@
+"""The built dashboard in a real browser: headless Chromium, opened from disk and over HTTP.
+
+The site is built from the committed results (``results/``) into a temporary directory, the way
+``python -m specsample dashboard`` builds ``dashboards/``. Chromium is driven through its command
+line only (``--dump-dom``, ``--screenshot``), so no Python browser bindings are needed.
+
+Whether every image really loaded is asked of the browser itself: the tests write a copy of
+``index.html`` next to it with one ``<script>`` appended. On window load the script scrolls to
+each ``<img>`` in turn (the page uses ``loading="lazy"``, so an image is only fetched near the
+viewport), waits for it to load or fail, and writes ``complete``/``naturalWidth``/
+``naturalHeight`` of every image into ``<pre id="img-check">`` as JSON. ``--virtual-time-budget``
+keeps Chromium alive until that has run, and the dumped DOM is parsed here. The page itself is
+not changed otherwise; the screenshot is of the untouched ``index.html``.
+
+Skipped, with the reason, when no Chromium binary is found (``.ci/install-browser.sh`` installs
+one on Debian). Environment:
+
+``SPECSAMPLE_CHROMIUM``        the browser binary to use instead of searching ``PATH``
+``SPECSAMPLE_REQUIRE_BROWSER`` set to 1 (CI, after installing it) to fail instead of skipping
+``SPECSAMPLE_SCREENSHOT_DIR``  also copy the screenshot there (a CI artifact to look at)
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import os
+import re
+import shutil
+import struct
+import subprocess
+import tempfile
+import threading
+from contextlib import contextmanager
+from functools import partial
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+RESULTS = REPO / "results"
+BROWSER_NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "chrome")
+BROWSER_TIMEOUT_S = 60  # per Chromium process; a healthy run takes 1-2 s
+VIRTUAL_TIME_BUDGET_MS = 10_000  # virtual time: passes instantly while the page is idle
+WINDOW = (1400, 4600)  # the whole page today (about 4,450 px tall), heatmaps and bandwidth included
+CHECK_PAGE = "_browser_check.html"
+
+# Headless, no network besides the page itself, no profile state shared between runs.
+BROWSER_FLAGS = (
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+    "--no-proxy-server", "--disable-extensions", "--mute-audio", "--hide-scrollbars",
+    "--run-all-compositor-stages-before-draw", f"--virtual-time-budget={VIRTUAL_TIME_BUDGET_MS}",
+)
+
+# Appended to a copy of index.html; reports on every image once they have all settled.
+IMAGE_CHECK_SCRIPT = """
+<script>
+window.addEventListener("load", async () => {
+  const settled = (img) => new Promise((done) => {
+    if (img.complete) return done(true);
+    img.addEventListener("load", () => done(true), {once: true});
+    img.addEventListener("error", () => done(true), {once: true});
+    setTimeout(() => done(false), 8000);  // virtual ms; Chromium pauses it during fetches
+  });
+  const images = [];
+  for (const img of Array.from(document.images)) {
+    img.scrollIntoView();  // loading="lazy": fetched only near the viewport
+    const settledInTime = await settled(img);
+    const section = img.closest("section");
+    images.push({src: img.getAttribute("src"), settled: settledInTime, complete: img.complete,
+                 width: img.naturalWidth, height: img.naturalHeight,
+                 section: section ? section.id : null});
+  }
+  window.scrollTo(0, 0);
+  const out = document.createElement("pre");
+  out.id = "img-check";
+  out.textContent = JSON.stringify({
+    protocol: location.protocol,
+    panel: document.getElementById("placeholder-panel") !== null,
+    images,
+  });
+  document.body.appendChild(out);
+});
+</script>
+"""
+
+
+def _find_browser() -> str | None:
+    wanted = os.environ.get("SPECSAMPLE_CHROMIUM")
+    for name in (wanted,) if wanted else BROWSER_NAMES:
+        path = shutil.which(name)
+        if path:
+            return path
+    return None
+
+
+def _browser_or_skip() -> str:
+    """The browser binary, after checking it starts; skip (or fail when required) otherwise."""
+    required = os.environ.get("SPECSAMPLE_REQUIRE_BROWSER") == "1"
+    give_up = pytest.fail if required else pytest.skip
+    browser = _find_browser()
+    if browser is None:
+        names = os.environ.get("SPECSAMPLE_CHROMIUM") or ", ".join(BROWSER_NAMES)
+        give_up(f"no Chromium binary found (looked for {names} on PATH); install one with "
+                ".ci/install-browser.sh or set SPECSAMPLE_CHROMIUM")
+    try:
+        version = subprocess.run([browser, "--version"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        give_up(f"{browser} does not start: {exc}")
+    if version.returncode != 0:
+        give_up(f"{browser} --version failed ({version.returncode}): {version.stderr.strip()[-500:]}")
+    return browser
+
+
+@pytest.fixture(scope="module")
+def browser() -> str:
+    return _browser_or_skip()
+
+
+@pytest.fixture(scope="module")
+def site(browser, tmp_path_factory) -> Path:
+    """The dashboard built from the committed results, plus the image-check copy of its index."""
+    from specsample.cli import build_site
+
+    out = tmp_path_factory.mktemp("browser") / "site"
+    index = build_site(RESULTS, out)
+    _write_check_page(index)
+    return out
+
+
+def _write_check_page(index: Path, page: str | None = None) -> Path:
+    page = index.read_text(encoding="utf-8") if page is None else page
+    head, body_end, tail = page.rpartition("</body>")
+    assert body_end, f"{index} has no </body>"
+    check = index.parent / CHECK_PAGE
+    check.write_text(head + IMAGE_CHECK_SCRIPT + body_end + tail, encoding="utf-8")
+    return check
+
+
+def _run_browser(browser: str, *args: str) -> subprocess.CompletedProcess:
+    with tempfile.TemporaryDirectory(prefix="chromium-profile-") as profile:
+        try:
+            done = subprocess.run([browser, *BROWSER_FLAGS, f"--user-data-dir={profile}", *args],
+                                  capture_output=True, text=True, timeout=BROWSER_TIMEOUT_S)
+        except subprocess.TimeoutExpired as exc:
+            pytest.fail(f"{browser} {' '.join(args)} ran past {BROWSER_TIMEOUT_S} s: "
+                        f"{(exc.stderr or b'')[-2000:]!r}")
+    assert done.returncode == 0, \
+        f"{browser} {' '.join(args)} exited {done.returncode}:\n{done.stderr[-2000:]}"
+    return done
+
+
+def _image_check(browser: str, url: str) -> dict:
+    """Load ``url`` (a check page) and return what its script reported."""
+    done = _run_browser(browser, "--dump-dom", url)
+    match = re.search(r'<pre id="img-check">(.*?)</pre>', done.stdout, re.S)
+    assert match, (f"the image check did not finish within {VIRTUAL_TIME_BUDGET_MS} ms of virtual "
+                   f"time at {url} (DOM {len(done.stdout)} chars; stderr tail:\n{done.stderr[-1500:]})")
+    return json.loads(html.unescape(match.group(1)))
+
+
+def _broken(check: dict) -> list[str]:
+    """Sources of images that did not load: not complete, or nothing decoded."""
+    return [img["src"] for img in check["images"]
+            if not (img["settled"] and img["complete"] and img["width"] > 0 and img["height"] > 0)]
+
+
+def _png_size(path: Path) -> tuple[int, int]:
+    header = path.read_bytes()[:24]
+    assert header[:8] == b"\x89PNG\r\n\x1a\n" and header[12:16] == b"IHDR", f"{path} is not a PNG"
+    return struct.unpack(">II", header[16:24])
+
+
+def _assert_site_loaded(check: dict, site: Path, protocol: str) -> None:
+    assert check["protocol"] == protocol
+    assert check["panel"], 'no element with id="placeholder-panel" in the loaded page'
+    page = (site / CHECK_PAGE).read_text(encoding="utf-8")  # index.html + the check script
+    sources = re.findall(r'<img src="([^"]+)"', page)
+    assert sources, "the page references no images"
+    assert [img["src"] for img in check["images"]] == [html.unescape(s) for s in sources]
+    broken = _broken(check)
+    assert not broken, f"{len(broken)} of {len(sources)} image(s) did not load over {protocol}: {broken}"
+    for img in check["images"]:  # and what loaded is the PNG on disk, at its own size
+        assert (img["width"], img["height"]) == _png_size(site / img["src"]), img
+    in_panel = [img for img in check["images"] if img["section"] == "placeholder-panel"]
+    assert in_panel, "the placeholder panel shows no image"
+
+
+@contextmanager
+def _http_server(root: Path):
+    """http.server on 127.0.0.1 at a free port; yields (base URL, [(path, status), ...])."""
+    requests: list[tuple[str, int]] = []
+
+    class Handler(SimpleHTTPRequestHandler):
+        def log_request(self, code="-", size="-"):
+            try:
+                status = int(code)
+            except (TypeError, ValueError):
+                status = 0
+            requests.append((self.path, status))
+
+        def log_message(self, format, *args):  # noqa: A002 - signature of the base class
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), partial(Handler, directory=str(root)))
+    thread = threading.Thread(target=server.serve_forever, name="dashboard-http", daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", requests
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=10)
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def test_site_from_disk_loads_every_image_and_the_placeholder_panel(browser, site):
+    check = _image_check(browser, (site / CHECK_PAGE).as_uri())
+    _assert_site_loaded(check, site, "file:")
+
+
+def test_site_over_http_loads_every_image_and_the_placeholder_panel(browser, site):
+    with _http_server(site) as (base, requests):
+        check = _image_check(browser, f"{base}/{CHECK_PAGE}")
+    _assert_site_loaded(check, site, "http:")
+    served = {path.split("?")[0]: status for path, status in requests}
+    for img in check["images"]:
+        assert served.get("/" + img["src"]) == 200, f"server log for {img['src']}: {requests}"
+
+
+def test_image_check_catches_broken_images(browser, site, tmp_path):
+    """The check itself: a missing file, a corrupt PNG and an undecodable data URL are caught."""
+    copy = shutil.copytree(site, tmp_path / "site")
+    (copy / "figures" / "corrupt.png").write_bytes(b"\x89PNG\r\n\x1a\nthis is not a png")
+    page = (copy / "index.html").read_text(encoding="utf-8")
+    sources = re.findall(r'<img src="([^"]+)"', page)
+    assert len(sources) >= 2
+    missing, corrupt = "figures/no-such-figure.png", "figures/corrupt.png"
+    page = page.replace(f'src="{sources[0]}"', f'src="{missing}"', 1)
+    page = page.replace(f'src="{sources[-1]}"', f'src="{corrupt}"', 1)
+    page = page.replace("</h1>", '</h1><img src="data:image/png;base64,AAAA" alt="bad">', 1)
+    check = _image_check(browser, _write_check_page(copy / "index.html", page).as_uri())
+    assert sorted(_broken(check)) == sorted([missing, corrupt, "data:image/png;base64,AAAA"])
+    assert len(check["images"]) == len(sources) + 1  # every other image still loaded
+    with pytest.raises(AssertionError, match="did not load"):
+        _assert_site_loaded(check, copy, "file:")
+
+
+def test_screenshot_of_the_site(browser, site, tmp_path):
+    """A screenshot of the untouched index.html renders the page (look at it: see the module doc)."""
+    shot = tmp_path / "dashboard.png"
+    _run_browser(browser, f"--screenshot={shot}", f"--window-size={WINDOW[0]},{WINDOW[1]}",
+                 (site / "index.html").as_uri())
+    assert shot.is_file(), "Chromium wrote no screenshot"
+    assert _png_size(shot) == WINDOW
+    from matplotlib.image import imread
+
+    pixels = imread(shot)[..., :3]
+    inked = (pixels < 0.9).any(axis=-1).mean()
+    assert inked > 0.05, f"the screenshot is nearly blank ({inked:.1%} of pixels not white)"
+    if os.environ.get("SPECSAMPLE_SCREENSHOT_DIR"):
+        target = Path(os.environ["SPECSAMPLE_SCREENSHOT_DIR"])
+        target.mkdir(parents=True, exist_ok=True)
+        shutil.copy(shot, target / shot.name)
