@@ -46,11 +46,15 @@ def git(repo: Path, *args: str) -> str:
 def run_lock(results_dir: Path) -> Iterator[None]:
     """Hold an exclusive lock on ``results_dir`` or fail at once if another run holds it."""
     results_dir.mkdir(parents=True, exist_ok=True)
-    with open(results_dir / LOCK_NAME, "w") as fh:
+    # "a+", not "w": a run that is refused must not truncate the holder's pid out of the file.
+    with open(results_dir / LOCK_NAME, "a+") as fh:
         try:
             fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise RunError(f"another specsample run holds {results_dir / LOCK_NAME}") from None
+            fh.seek(0)
+            holder = fh.read().strip() or "?"
+            raise RunError(f"another specsample run (pid {holder}) holds {results_dir / LOCK_NAME}") from None
+        fh.truncate(0)
         fh.write(f"{os.getpid()}\n")
         fh.flush()
         try:
@@ -59,10 +63,20 @@ def run_lock(results_dir: Path) -> Iterator[None]:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
-def ensure_machine(machine: str) -> None:
-    """Register the asv machine non-interactively (no terminal on a GPU box)."""
-    subprocess.run([sys.executable, "-m", "asv", "machine", "--yes", "--machine", machine],
-                   check=True, capture_output=True)  # fmt: skip
+def ensure_machine(machine: str, config: Path | None = None) -> None:
+    """Register the asv machine non-interactively (no terminal on a GPU box).
+
+    ``asv machine`` loads an asv config even though it does not use it; without ``config`` it
+    looks for ``asv.conf.json`` in the working directory only, so pass one when running from
+    anywhere else.
+    """
+    cmd = [sys.executable, "-m", "asv", "machine", "--yes", "--machine", machine]
+    if config is not None:
+        cmd += ["--config", str(config)]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RunError(f"asv machine --machine {machine} failed (exit {proc.returncode}): "
+                       f"{(proc.stdout + proc.stderr).strip()}")
 
 
 def _staging_config(repo: Path, checkout: Path, staging: Path, html_dir: Path) -> Path:
@@ -109,12 +123,31 @@ def promote(staging: Path, results_dir: Path, *, include_index: bool = True) -> 
             print(f"specsample: staged result {rel} is not valid JSON; kept out of {results_dir}", file=sys.stderr)
             continue
         dst = results_dir / rel
-        dst.parent.mkdir(parents=True, exist_ok=True)
-        tmp = dst.with_suffix(".json.tmp")
-        shutil.copyfile(src, tmp)
-        os.replace(tmp, dst)
+        _atomic_copy(src, dst)
         moved.append(dst)
     return moved
+
+
+def _atomic_copy(src: Path, dst: Path) -> None:
+    """Copy ``src`` over ``dst`` so that ``dst`` is always either the old or the whole new file.
+
+    The copy goes to ``<dst>.tmp`` beside it, is flushed to disk, then renamed over ``dst``; a
+    copy that fails part-way (disk full, interrupt) removes its ``.tmp`` and leaves ``dst`` alone.
+    """
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dst.with_name(dst.name + ".tmp")
+    try:
+        shutil.copyfile(src, tmp)
+        with open(tmp, "rb") as fh:
+            os.fsync(fh.fileno())
+        os.replace(tmp, dst)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def _signature(path: Path) -> tuple[int, bytes]:
+    return path.stat().st_mtime_ns, path.read_bytes()
 
 
 def run_tier(
@@ -133,18 +166,21 @@ def run_tier(
     """Benchmark one tier of ``checkout`` (default: ``repo``) under ``commit``; return new files.
 
     Existing results for the same commit and machine are loaded by asv and merged, so running a
-    second slice of a tier adds to the first.
+    second slice of a tier adds to the first. Raises :class:`RunError`, leaving ``results_dir``
+    as it was, when asv saved no result for ``commit`` (it crashed or was killed first).
     """
     checkout = checkout or repo
     commit = commit or git(checkout, "rev-parse", "HEAD")
-    ensure_machine(machine)
     with tempfile.TemporaryDirectory(prefix="specsample-asv-") as tmp:
         staging = Path(tmp) / "results"
         # Seed staging with what we have for this commit, so asv merges instead of replacing.
+        seeded = {}
         for old in (results_dir / machine).glob(f"{commit[:8]}-*.json"):
             (staging / machine).mkdir(parents=True, exist_ok=True)
             shutil.copyfile(old, staging / machine / old.name)
+            seeded[old.name] = _signature(staging / machine / old.name)
         conf = _staging_config(repo, checkout, staging, Path(tmp) / "html")
+        ensure_machine(machine, conf)  # with the run's config: works from any directory
         # The measured checkout first, then whatever else the caller had on PYTHONPATH (e.g.
         # asv's own wheels on a GPU box without network): asv strips PYTHONPATH itself.
         path = os.pathsep.join(p for p in (str(checkout), os.environ.get("PYTHONPATH", "")) if p)
@@ -159,10 +195,17 @@ def run_tier(
         start = time.monotonic()
         proc = subprocess.run(cmd, env=env, cwd=str(checkout))
         log(f"specsample: asv finished in {time.monotonic() - start:.0f} s (exit {proc.returncode})")
-        if not staging.exists():
-            raise RunError(f"asv wrote no results (exit {proc.returncode})")
+        # The seeded copies alone do not count: asv that died before saving leaves them as
+        # they were, and promoting them would report a run that measured nothing as a success.
+        written = [p for p in (staging / machine).glob(f"{commit[:8]}-*.json")
+                   if p.name not in seeded or _signature(p) != seeded[p.name]]  # fmt: skip
+        if not written:
+            raise RunError(f"asv wrote no results for {commit[:8]} on {machine} (exit {proc.returncode})")
         moved = promote(staging, results_dir, include_index=checkout == repo)
-    moved.append(write_gpu_info(results_dir, machine, commit))
+        # Written beside the staging area and renamed in, like the result files.
+        info = write_gpu_info(Path(tmp) / "gpuinfo", machine, commit)
+        _atomic_copy(info, results_dir / machine / info.name)
+        moved.append(results_dir / machine / info.name)
     return moved
 
 

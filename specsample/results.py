@@ -348,7 +348,13 @@ def _rows_from_file(
         header = _file_header(data, path, gpuinfo)
         columns = data["result_columns"]
         results = data["results"]
-    except (_Skip, KeyError, TypeError, ValueError) as exc:
+        # Well-formed JSON of the wrong shape (hand-edited, another tool's file) is skipped as a
+        # whole, not half-read or crashed on.
+        if not isinstance(columns, list) or not all(isinstance(c, str) for c in columns):
+            raise _Skip("result_columns is not a list of names")
+        if not isinstance(results, dict):
+            raise _Skip(f"results is a JSON {type(results).__name__}, not an object")
+    except (_Skip, KeyError, TypeError, ValueError, AttributeError) as exc:
         problems.append(Problem(path, _reason(exc)))
         return []
     rows = []
@@ -356,7 +362,7 @@ def _rows_from_file(
         try:
             entry = dict(zip(columns, stored))
             rows.extend(_rows_from_entry(name, entry, benchmarks.get(name), header))
-        except (_Skip, KeyError, TypeError, ValueError) as exc:
+        except (_Skip, KeyError, TypeError, ValueError, AttributeError) as exc:
             problems.append(Problem(path, f"{name}: {_reason(exc)}"))
     return rows
 
@@ -370,7 +376,8 @@ def _file_header(data: dict, path: Path, gpuinfo: dict[str, dict]) -> dict:
     commit = data["commit_hash"]
     if not isinstance(commit, str):
         raise _Skip("commit_hash missing")
-    machine = (data.get("params") or {}).get("machine") or path.parent.name
+    params = data.get("params")
+    machine = (params.get("machine") if isinstance(params, dict) else None) or path.parent.name
     env = gpuinfo.get(commit[:8], dict.fromkeys(ENV_COLUMNS))
     return {
         "commit": commit,
