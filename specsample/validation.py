@@ -29,6 +29,10 @@ def _check_tensor(name: str, x: object, ndim: int, dtypes: tuple, length: int | 
         _fail(name, "dtype in " + ", ".join(str(d).replace("torch.", "") for d in dtypes), x.dtype)
     if length is not None and x.shape[0] != length:
         _fail(name, f"length {length}", f"shape {tuple(x.shape)}")
+    if ndim == 1 and not x.is_contiguous():
+        # The kernels index every 1-D argument as base + i: a strided or broadcast (stride 0)
+        # view would be read at the wrong addresses, or past its storage.
+        _fail(name, "a contiguous 1-D tensor (stride 1)", f"stride {x.stride()}")
 
 
 def check_inputs(
@@ -52,12 +56,14 @@ def check_inputs(
     # ---- shapes and dtypes
     _check_tensor("target_logits", target_logits, 2, LOGIT_DTYPES)
     num_logits, vocab_size = target_logits.shape
+    if vocab_size < 1:
+        _fail("target_logits", "at least 1 token (shape [num_logits, V >= 1])", tuple(target_logits.shape))
     if target_logits.stride(-1) != 1:
         _fail("target_logits", "last-dimension stride 1", target_logits.stride())
     for name, flag in (("use_block_verification", use_block_verification), ("use_fp64", use_fp64)):
         if not isinstance(flag, bool):
             _fail(name, "a bool", type(flag).__name__)
-    if not isinstance(num_speculative_steps, int) or num_speculative_steps < 1:
+    if isinstance(num_speculative_steps, bool) or not isinstance(num_speculative_steps, int) or num_speculative_steps < 1:
         _fail("num_speculative_steps", "an int >= 1", num_speculative_steps)
     k = num_speculative_steps
     _check_tensor("temperature", temperature, 1, (torch.float32,))
@@ -67,6 +73,8 @@ def check_inputs(
         _check_tensor("draft_logits", draft_logits, 3, LOGIT_DTYPES)
         if draft_logits.shape[0] != max_num_reqs or draft_logits.shape[1] != k:
             _fail("draft_logits", f"shape [max_num_reqs={max_num_reqs}, K={k}, V_d]", tuple(draft_logits.shape))
+        if draft_logits.shape[2] < 1:
+            _fail("draft_logits", "at least 1 token (shape [max_num_reqs, K, V_d >= 1])", tuple(draft_logits.shape))
         if draft_logits.stride(-1) != 1:
             _fail("draft_logits", "last-dimension stride 1", draft_logits.stride())
         vocab_size = min(vocab_size, draft_logits.shape[2])
