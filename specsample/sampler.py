@@ -32,6 +32,9 @@ def rejection_sample(
     kernels (``specsample/kernels/mrv2.py``). Standard verification follows Leviathan et al.
     (arXiv 2211.17192); ``use_block_verification`` follows Sun et al. (arXiv 2403.10444).
 
+    All tensors live on one device (CUDA; CPU only under ``TRITON_INTERPRET=1``); 1-D tensors
+    must be contiguous, 2-D/3-D logits need last-dimension stride 1 (rows may be padded).
+
     Parameters
     ----------
     target_logits : torch.Tensor
