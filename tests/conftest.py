@@ -24,3 +24,14 @@ gpu = pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU (runs on the H20
 def device() -> str:
     """Where kernel tests run: CUDA when present, else CPU tensors under the interpreter."""
     return "cuda" if HAS_CUDA else "cpu"
+
+
+class LaunchTripwire:
+    """Stands in for ``mrv2.launch`` in validation tests: a call means an input got through."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def __call__(self, *args, **kwargs):
+        self.calls += 1
+        return None, None

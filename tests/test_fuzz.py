@@ -32,6 +32,7 @@ import numpy as np
 import pytest
 import torch
 from batches import emitted, first_placeholder, request_rows
+from conftest import LaunchTripwire
 from hypothesis import HealthCheck, assume, event, given, note, settings
 from hypothesis import strategies as st
 
@@ -201,24 +202,13 @@ ENTRY_POINTS = {"post": rejection_sample, "pre50939": rejection_sample_pre50939}
 _ENTRIES = st.sampled_from(sorted(ENTRY_POINTS))
 
 
-class _Tripwire:
-    """Stands in for ``mrv2.launch``: a call means an invalid input got through."""
-
-    def __init__(self) -> None:
-        self.calls = 0
-
-    def __call__(self, *args, **kwargs):
-        self.calls += 1
-        return None, None
-
-
 def _small_workloads() -> st.SearchStrategy[Workload]:
     # No kernel runs here, but keep the batches small: make_inputs runs once per example.
     return workloads(max_reqs=5, max_steps=4, max_vocab=64)
 
 
 def _assert_rejected(entry: str, inputs: dict, blame: set[str], contains: str | None = None) -> None:
-    tripwire = _Tripwire()
+    tripwire = LaunchTripwire()
     with mock.patch.object(mrv2, "launch", tripwire):
         with pytest.raises(ValueError) as info:
             ENTRY_POINTS[entry](**inputs)

@@ -15,6 +15,7 @@ from typing import Callable
 
 import pytest
 import torch
+from conftest import LaunchTripwire
 
 from specsample import rejection_sample
 from specsample.kernels import mrv2
@@ -41,20 +42,9 @@ def _dev(inp: dict) -> torch.device:
     return inp["target_logits"].device
 
 
-class _Tripwire:
-    """Stands in for ``mrv2.launch``; records calls instead of running kernels."""
-
-    def __init__(self) -> None:
-        self.calls = 0
-
-    def __call__(self, *args, **kwargs):
-        self.calls += 1
-        return None, None
-
-
 @pytest.fixture
-def launch(monkeypatch) -> _Tripwire:
-    tripwire = _Tripwire()
+def launch(monkeypatch) -> LaunchTripwire:
+    tripwire = LaunchTripwire()
     monkeypatch.setattr(mrv2, "launch", tripwire)
     return tripwire
 
