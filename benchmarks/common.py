@@ -41,7 +41,7 @@ from asv_runner.benchmarks.mark import SkipNotImplemented
 
 from specsample import timing, variants
 from specsample.grid import Sweep, workload_of
-from specsample.measure import EAGER_CONFIG, input_copies, measure_stages, measure_variants
+from specsample.measure import input_copies, measure_stages, measure_variants, sampler_for
 
 GPU_CLOCK = timing.GpuClock()
 NIGHTLY_TIMING = timing.TimingConfig(l2="cold", calls_per_sample=10, num_samples=20)
@@ -99,13 +99,7 @@ class Latency:
         w = workload_of(point)
         v = variants.get(point["variant"])
         v.check(w)  # NotSupported is a NotImplementedError: asv records a skip
-        copies = input_copies(w, NIGHTLY_TIMING.l2)
-        prepared = [v.prepare(w, inputs=inputs) for inputs in copies]
-        if prepared[0].graph_capturable:
-            cfg = timing.TimingConfig(NIGHTLY_TIMING.l2, max(NIGHTLY_TIMING.calls_per_sample, len(copies)))
-            self.sampler = timing.Sampler([p.call for p in prepared], cfg)
-        else:
-            self.sampler = timing.Sampler([prepared[0].call], EAGER_CONFIG)
+        self.sampler = sampler_for(v, w, input_copies(w, NIGHTLY_TIMING.l2), NIGHTLY_TIMING)
 
     def time_sample(self, *params):
         GPU_CLOCK.advance(self.sampler.sample())

@@ -15,7 +15,7 @@ import torch
 from . import variants
 from .grid import STAGES
 from .kernels import mrv2 as mrv2_kernels
-from .timing import Timing, TimingConfig, copies_for_cold_l2, measure_interleaved
+from .timing import Sampler, Timing, TimingConfig, copies_for_cold_l2, measure_interleaved, sample_interleaved
 from .workloads import Workload, bytes_required, make_inputs
 
 # The eager reference syncs with the host per request and step: a few samples of one call
@@ -41,26 +41,33 @@ def _rotating(config: TimingConfig, copies: int) -> TimingConfig:
     return TimingConfig(config.l2, max(config.calls_per_sample, copies), config.num_samples, config.use_graph)
 
 
+def sampler_for(v: variants.Variant, w: Workload, copies: list[dict], config: TimingConfig) -> Sampler:
+    """Prepare ``v`` on every input copy (outside any timing) and wrap it for sampling.
+
+    A call with host syncs cannot be graph-captured: it is timed eagerly on one input set
+    with :data:`EAGER_CONFIG`."""
+    prepared = [v.prepare(w, inputs=inputs) for inputs in copies]
+    if prepared[0].graph_capturable:
+        return Sampler([p.call for p in prepared], _rotating(config, len(copies)))
+    return Sampler([prepared[0].call], EAGER_CONFIG)
+
+
 def measure_variants(
     names: Sequence[str], w: Workload, config: TimingConfig = TimingConfig()
 ) -> dict[str, Timing | str]:
     """Time each variant on ``w`` (interleaved); an unsupported variant maps to its reason."""
     copies = input_copies(w, config.l2)
     result: dict[str, Timing | str] = {}
-    graphed: dict[str, list] = {}
+    samplers: dict[str, Sampler] = {}
     for name in names:
         v = variants.get(name)
         reason = v.unsupported(w)
         if reason:
             result[name] = reason
-            continue
-        prepared = [v.prepare(w, inputs=inputs) for inputs in copies]
-        if prepared[0].graph_capturable:
-            graphed[name] = [p.call for p in prepared]
-        else:  # timed alone: its host syncs would stall the interleaved graphs anyway
-            result[name] = measure_interleaved({name: [prepared[0].call]}, EAGER_CONFIG)[name]
-    if graphed:
-        result.update(measure_interleaved(graphed, _rotating(config, len(copies))))
+        else:
+            samplers[name] = sampler_for(v, w, copies, config)
+    if samplers:
+        result.update(sample_interleaved(samplers))
     for name, t in result.items():
         if isinstance(t, Timing):
             t.extra["bytes_required"] = bytes_required(w)

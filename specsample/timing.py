@@ -140,11 +140,16 @@ def measure_interleaved(
     operations: dict[str, Sequence[Callable[[], object]]], config: TimingConfig = TimingConfig()
 ) -> dict[str, Timing]:
     """Time several operations in one process, alternating their samples to cancel drift."""
-    samplers = {name: Sampler(calls, config) for name, calls in operations.items()}
+    return sample_interleaved({name: Sampler(calls, config) for name, calls in operations.items()})
+
+
+def sample_interleaved(samplers: dict[str, Sampler]) -> dict[str, Timing]:
+    """Take each sampler's ``config.num_samples`` samples, alternating between samplers."""
     samples: dict[str, list[float]] = {name: [] for name in samplers}
-    for _ in range(config.num_samples):
+    for i in range(max(s.config.num_samples for s in samplers.values())):
         for name, sampler in samplers.items():
-            samples[name].append(sampler.sample())
+            if i < sampler.config.num_samples:
+                samples[name].append(sampler.sample())
     return {name: s.timing(samples[name]) for name, s in samplers.items()}
 
 
