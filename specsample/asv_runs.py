@@ -79,25 +79,27 @@ def ensure_machine(machine: str, config: Path | None = None) -> None:
                        f"{(proc.stdout + proc.stderr).strip()}")
 
 
-def _staging_config(repo: Path, checkout: Path, staging: Path, html_dir: Path) -> Path:
-    conf = {
-        "version": 1,
-        "project": "specsample",
-        "repo": str(repo),
-        "branches": ["HEAD"],
-        "environment_type": "existing",
-        "build_command": [],
-        "install_command": [],
-        "uninstall_command": [],
-        "launch_method": "forkserver",
-        "benchmark_dir": str(checkout / "benchmarks"),
-        "results_dir": str(staging),
-        "html_dir": str(html_dir),
-        "regressions_thresholds": {".*": 0.05},
-    }
-    path = staging.parent / "asv.conf.json"
-    path.write_text(json.dumps(conf, indent=2))
-    return path
+def write_config(repo: Path, dest: Path, *, benchmark_dir: Path, results_dir: Path, html_dir: Path) -> Path:
+    """The repository's ``asv.conf.json`` with absolute paths, written to ``dest``.
+
+    One source of settings (existing environment, forkserver, regression threshold) for every
+    run, publish and backfill; only where the suite, the results and the site live changes.
+    """
+    from asv.util import load_json  # asv's reader accepts the comments in asv.conf.json
+
+    conf = load_json(str(repo / "asv.conf.json"), js_comments=True)
+    conf.update(repo=str(repo), benchmark_dir=str(benchmark_dir), results_dir=str(results_dir),
+                html_dir=str(html_dir))  # fmt: skip
+    dest.write_text(json.dumps(conf, indent=2))
+    return dest
+
+
+def publish(repo: Path, results_dir: Path, html_dir: Path) -> None:
+    """``asv publish`` of ``results_dir`` into ``html_dir`` (the asv site, regressions.json)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        conf = write_config(repo, Path(tmp) / "asv.conf.json", benchmark_dir=repo / "benchmarks",
+                            results_dir=results_dir, html_dir=html_dir)  # fmt: skip
+        subprocess.run([sys.executable, "-m", "asv", "publish", "--config", str(conf)], check=True)
 
 
 def _valid_json(path: Path) -> bool:
@@ -179,7 +181,8 @@ def run_tier(
             (staging / machine).mkdir(parents=True, exist_ok=True)
             shutil.copyfile(old, staging / machine / old.name)
             seeded[old.name] = _signature(staging / machine / old.name)
-        conf = _staging_config(repo, checkout, staging, Path(tmp) / "html")
+        conf = write_config(repo, Path(tmp) / "asv.conf.json", benchmark_dir=checkout / "benchmarks",
+                            results_dir=staging, html_dir=Path(tmp) / "html")  # fmt: skip
         ensure_machine(machine, conf)  # with the run's config: works from any directory
         # The measured checkout first, then whatever else the caller had on PYTHONPATH (e.g.
         # asv's own wheels on a GPU box without network): asv strips PYTHONPATH itself.

@@ -17,7 +17,6 @@ import argparse
 import itertools
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -116,7 +115,7 @@ NIGHTLY_PARTS = (r"^bench_sampler\.Nightly\w+Latency", r"^bench_(sampler\.Nightl
 
 
 def cmd_nightly(args: argparse.Namespace) -> int:
-    from .asv_runs import run_lock, run_tier
+    from .asv_runs import publish, run_lock, run_tier
 
     repo = _repo_root()
     results = repo / "results"
@@ -129,18 +128,6 @@ def cmd_nightly(args: argparse.Namespace) -> int:
         build_site(results, repo / "dashboards", html_dir=repo / "html")
     print(f"specsample nightly: done in {time.monotonic() - start:.0f} s")
     return 0
-
-
-def publish(repo: Path, results: Path, html_dir: Path) -> None:
-    """``asv publish`` of ``results`` into ``html_dir`` (regressions.json, the asv site)."""
-    conf = {"version": 1, "project": "specsample", "repo": str(repo), "branches": ["HEAD"],
-            "environment_type": "existing", "benchmark_dir": str(repo / "benchmarks"),
-            "results_dir": str(results), "html_dir": str(html_dir),
-            "regressions_thresholds": {".*": 0.05}}  # fmt: skip
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "asv.conf.json"
-        path.write_text(json.dumps(conf))
-        subprocess.run([sys.executable, "-m", "asv", "publish", "--config", str(path)], check=True)
 
 
 def build_site(results: Path, out: Path, html_dir: Path | None = None) -> Path:
