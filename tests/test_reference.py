@@ -10,6 +10,7 @@ import zlib
 
 import pytest
 import torch
+from batches import emitted
 
 from specsample.reference import rejection_sample
 
@@ -117,11 +118,6 @@ def repeated_trials(
         seeds=list(range(num_trials)),
         pos_start=[0] * num_trials,  # distinct seeds make the trials independent
     )
-
-
-def emitted(sampled: torch.Tensor, num_sampled: torch.Tensor) -> list[list[int]]:
-    """The meaningful prefix ``sampled[r, :num_sampled[r]]`` of every request."""
-    return [row[:n].tolist() for row, n in zip(sampled, num_sampled.tolist())]
 
 
 def assert_distribution_match(tokens: torch.Tensor, probs: torch.Tensor) -> None:
