@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import Callable
+
 import torch
 
 from .kernels import mrv2
@@ -96,10 +99,21 @@ def rejection_sample(
     return checked_launch(dict(locals()), placeholder_fix=True)
 
 
-def checked_launch(arguments: dict, *, placeholder_fix: bool) -> tuple[torch.Tensor, torch.Tensor]:
+def checked_launch(
+    arguments: dict, *, placeholder_fix: bool = True, launch: Callable[..., tuple] = mrv2.launch
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Validate ``arguments`` (those of :func:`rejection_sample`; skipped when ``validate`` is
-    False) and run the pipeline; ``placeholder_fix=False`` is the pre-#50939 replica."""
+    False) and run ``launch`` (a pipeline's ``launch``); ``placeholder_fix=False`` is the
+    pre-#50939 replica."""
     args = dict(arguments)
     if args.pop("validate", True):
         check_inputs(**args)
-    return mrv2.launch(**args, placeholder_fix=placeholder_fix)
+    return launch(**args, placeholder_fix=placeholder_fix)
+
+
+def bind_arguments(args: tuple, kwargs: dict) -> dict:
+    """``args``/``kwargs`` of a call with :func:`rejection_sample`'s signature, as one dict with
+    the defaults filled in (a ``TypeError`` names a missing or unknown argument)."""
+    bound = inspect.signature(rejection_sample).bind(*args, **kwargs)
+    bound.apply_defaults()
+    return bound.arguments

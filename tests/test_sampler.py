@@ -14,6 +14,7 @@ from batches import emitted, first_placeholder, split_requests, trial_batch, tru
 from conftest import gpu
 
 from specsample import reference, rejection_sample
+from specsample.kernels.fast import rejection_sample_fast
 from specsample.workloads import Workload, make_inputs
 
 V = 257  # not a multiple of any block size
@@ -21,8 +22,18 @@ R = 12
 K = 3
 
 
-def _run_both(inputs: dict) -> tuple[list[list[int]], list[list[int]]]:
-    got = emitted(*rejection_sample(**inputs))
+# Every test runs on each Triton sampler: mrv2 (the upstream design) and fast (same algorithm
+# and random numbers, less work); both must reproduce the reference.
+SAMPLERS = {"mrv2": rejection_sample, "fast": rejection_sample_fast}
+
+
+@pytest.fixture(params=list(SAMPLERS))
+def sampler(request):
+    return SAMPLERS[request.param]
+
+
+def _run_both(sampler, inputs: dict) -> tuple[list[list[int]], list[list[int]]]:
+    got = emitted(*sampler(**inputs))
     want = emitted(*reference.rejection_sample(**inputs))
     return got, want
 
@@ -63,21 +74,21 @@ CASES = [
     CASES,
     ids=[f"{m}-{d}-{p}{x}-{'-'.join(sorted(e))}".rstrip("-") for m, d, p, x, e in CASES],
 )
-def test_kernel_matches_reference(device, mode, draft, pattern, density, extra):
+def test_kernel_matches_reference(sampler, device, mode, draft, pattern, density, extra):
     w = Workload(num_reqs=R, num_speculative_steps=K, vocab_size=V, mode=mode, draft=draft,
                  placeholder_pattern=pattern, placeholder_density=density, seed=11, **extra)  # fmt: skip
     inputs = make_inputs(w, device=device)
-    got, want = _run_both(inputs)
+    got, want = _run_both(sampler, inputs)
     _assert_matches(got, want, exact=(mode == "greedy"))
     for tokens in got:
         assert all(0 <= t < V for t in tokens), tokens
 
 
 @pytest.mark.parametrize("mode", ["standard", "block"])
-def test_fp64_noise_matches_reference(device, mode):
+def test_fp64_noise_matches_reference(sampler, device, mode):
     w = Workload(num_reqs=R, num_speculative_steps=K, vocab_size=V, mode=mode, placeholder_density=0.3, seed=5)
     inputs = make_inputs(w, device=device) | {"use_fp64": True}
-    got, want = _run_both(inputs)
+    got, want = _run_both(sampler, inputs)
     _assert_matches(got, want, exact=False)
 
 
@@ -86,23 +97,23 @@ def test_fp64_noise_matches_reference(device, mode):
 
 @pytest.mark.parametrize("mode", ["greedy", "standard", "block", "synthetic"])
 @pytest.mark.parametrize("draft", ["logits", "one-hot"])
-def test_truncation_invariant(device, mode, draft):
+def test_truncation_invariant(sampler, device, mode, draft):
     """m valid drafts then -1s give exactly the output of the request cut to m drafts (5.4)."""
     w = Workload(num_reqs=R, num_speculative_steps=K, vocab_size=V, mode=mode, draft=draft,
                  placeholder_pattern="random", placeholder_density=0.4, seed=3)  # fmt: skip
     inputs = make_inputs(w, device=device)
     assert any(m < K for m in first_placeholder(inputs)), "workload has no placeholder"
-    full = emitted(*rejection_sample(**inputs))
-    cut = emitted(*rejection_sample(**truncate_at_placeholders(inputs)))
+    full = emitted(*sampler(**inputs))
+    cut = emitted(*sampler(**truncate_at_placeholders(inputs)))
     assert full == cut
 
 
 @pytest.mark.parametrize("mode", ["greedy", "standard", "block", "synthetic"])
-def test_placeholder_never_accepted(device, mode):
+def test_placeholder_never_accepted(sampler, device, mode):
     w = Workload(num_reqs=R, num_speculative_steps=K, vocab_size=V, mode=mode,
                  placeholder_pattern="random", placeholder_density=0.5, agreement=0.95, seed=8)  # fmt: skip
     inputs = make_inputs(w, device=device)
-    sampled, num_sampled = rejection_sample(**inputs)
+    sampled, num_sampled = sampler(**inputs)
     for m, n, tokens in zip(first_placeholder(inputs), num_sampled.tolist(), emitted(sampled, num_sampled)):
         assert 1 <= n <= m + 1  # nothing at or after the first -1 is accepted
         assert all(0 <= t < V for t in tokens)
@@ -119,29 +130,29 @@ def _equal_target_draft_batch(device: str, trials: int) -> dict:
 
 
 @pytest.mark.parametrize("use_block_verification", [False, True], ids=["standard", "block"])
-def test_placeholder_blocks_later_draft_tokens(device, use_block_verification):
+def test_placeholder_blocks_later_draft_tokens(sampler, device, use_block_verification):
     trials = 128 if device == "cpu" else 16384
     inputs = _equal_target_draft_batch(device, trials) | {"use_block_verification": use_block_verification}
-    _, num_sampled = rejection_sample(**inputs)
+    _, num_sampled = sampler(**inputs)
     assert int(num_sampled.max()) <= 2
     assert float((num_sampled == 2).float().mean()) > 0.9  # acceptance really reaches the -1
 
 
-def test_greedy_placeholder_emits_target_argmax(device):
+def test_greedy_placeholder_emits_target_argmax(sampler, device):
     trials = 64 if device == "cpu" else 512
     g = torch.Generator().manual_seed(1)
     target = torch.randn(V, generator=g).to(device)
     best = int(target.argmax())
     drafts = torch.tensor([[best, -1, -1]]).expand(trials, K)
     inputs = trial_batch(target, None, K, 0.0, trials, generator=g, draft_tokens=drafts)
-    sampled, num_sampled = rejection_sample(**inputs)
+    sampled, num_sampled = sampler(**inputs)
     assert (num_sampled == 2).all()
     assert (sampled[:, :2] == best).all()
 
 
 @pytest.mark.parametrize("has_draft_logits", [True, False], ids=["draft-logits", "one-hot"])
 @pytest.mark.parametrize("num_placeholders", [1, 2])
-def test_block_verification_placeholder_truncates_block(device, has_draft_logits, num_placeholders):
+def test_block_verification_placeholder_truncates_block(sampler, device, has_draft_logits, num_placeholders):
     """Trailing -1s end the block: at most num_real + 1 tokens, and exactly the output of the
     same requests with only the real drafts (the last real draft gets h = p_m; the next row is
     sampled from the plain target). The sampling law itself is checked in test_distributions."""
@@ -152,16 +163,16 @@ def test_block_verification_placeholder_truncates_block(device, has_draft_logits
     inputs = trial_batch(target, draft, K, 1.0, trials, generator=g) | {"use_block_verification": True}
     inputs["draft_sampled"].view(trials, K + 1)[:, K + 1 - num_placeholders :] = -1
     num_real = K - num_placeholders
-    sampled, num_sampled = rejection_sample(**inputs)
+    sampled, num_sampled = sampler(**inputs)
     assert int(num_sampled.max()) <= num_real + 1
-    assert emitted(sampled, num_sampled) == emitted(*rejection_sample(**truncate_at_placeholders(inputs)))
+    assert emitted(sampled, num_sampled) == emitted(*sampler(**truncate_at_placeholders(inputs)))
 
 
 # ---- determinism and batch layout --------------------------------------------------------------
 
 
 @pytest.mark.parametrize("mode", ["standard", "block"])
-def test_seeded_determinism_and_chunking(device, mode):
+def test_seeded_determinism_and_chunking(sampler, device, mode):
     """Same seeds -> same output; running requests in two chunks changes nothing (the RNG is
     keyed by (seed, pos), not by batch position). Rows are non-contiguous (stride V + 3)."""
     w = Workload(num_reqs=R, num_speculative_steps=K, vocab_size=V, mode=mode, placeholder_density=0.25,
@@ -170,35 +181,35 @@ def test_seeded_determinism_and_chunking(device, mode):
     padded = torch.zeros(inputs["target_logits"].shape[0], V + 3, device=device)
     padded[:, :V] = inputs["target_logits"]
     inputs["target_logits"] = padded[:, :V]
-    first = emitted(*rejection_sample(**inputs))
-    assert first == emitted(*rejection_sample(**inputs))
+    first = emitted(*sampler(**inputs))
+    assert first == emitted(*sampler(**inputs))
     split = R // 3
-    chunks = emitted(*rejection_sample(**split_requests(inputs, 0, split)))
-    chunks += emitted(*rejection_sample(**split_requests(inputs, split, R)))
+    chunks = emitted(*sampler(**split_requests(inputs, 0, split)))
+    chunks += emitted(*sampler(**split_requests(inputs, split, R)))
     assert chunks == first
 
 
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
-def test_all_nan_target_logits_in_range(device, temperature):
+def test_all_nan_target_logits_in_range(sampler, device, temperature):
     """V = 20000 is 3 stats blocks padded to 4: NaN maxima must not select a padded block."""
     v, k, trials = 20000, 1, 2
     g = torch.Generator().manual_seed(4)
     target = torch.full((v,), float("nan")).to(device)
     drafts = torch.randint(0, v, (trials, k), generator=g)
     inputs = trial_batch(target, None, k, temperature, trials, generator=g, draft_tokens=drafts)
-    sampled, num_sampled = rejection_sample(**inputs)
+    sampled, num_sampled = sampler(**inputs)
     assert ((1 <= num_sampled) & (num_sampled <= k + 1)).all()
     for tokens in emitted(sampled, num_sampled):
         assert all(0 <= t < v for t in tokens)
 
 
-def test_placeholder_draft_token_rejected(device):
+def test_placeholder_draft_token_rejected(sampler, device):
     trials, k = 64, 1
     g = torch.Generator().manual_seed(6)
     target = torch.randn(V, generator=g).to(device)
     drafts = torch.full((trials, k), -1)
     inputs = trial_batch(target, target * 0.6, k, 0.6, trials, generator=g, draft_tokens=drafts)
-    sampled, num_sampled = rejection_sample(**inputs)
+    sampled, num_sampled = sampler(**inputs)
     assert (num_sampled == 1).all()
     assert ((sampled[:, 0] >= 0) & (sampled[:, 0] < V)).all()
 
@@ -208,14 +219,14 @@ def test_placeholder_draft_token_rejected(device):
 
 @gpu
 @pytest.mark.parametrize("mode", ["greedy", "standard", "block"])
-def test_large_index_matches_reference(mode):
+def test_large_index_matches_reference(sampler, mode):
     """N * V > 2**31: V = 262144 with N = 8200 rows (R = 1640, K = 4). Offsets must be int64.
     The reference runs on the last 40 requests only (their rows sit past 2**31 elements)."""
     w = Workload(num_reqs=1640, num_speculative_steps=4, vocab_size=262144, mode=mode,
                  placeholder_density=0.25, placeholder_pattern="random", seed=9)  # fmt: skip
     inputs = make_inputs(w, device="cuda")
     assert inputs["target_logits"].numel() > 2**31
-    sampled, num_sampled = rejection_sample(**inputs)
+    sampled, num_sampled = sampler(**inputs)
     tail = split_requests(inputs, 1600, 1640)
     want = emitted(*reference.rejection_sample(**tail))
     got = emitted(sampled[1600:], num_sampled[1600:])
@@ -225,9 +236,9 @@ def test_large_index_matches_reference(mode):
 @gpu
 @pytest.mark.parametrize("mode", ["greedy", "standard", "block"])
 @pytest.mark.parametrize("draft", ["logits", "one-hot"])
-def test_production_vocab_matches_reference(mode, draft):
+def test_production_vocab_matches_reference(sampler, mode, draft):
     w = Workload(num_reqs=128, num_speculative_steps=4, vocab_size=151936, mode=mode, draft=draft,
                  placeholder_density=0.5, placeholder_pattern="trailing", seed=12)  # fmt: skip
     inputs = make_inputs(w, device="cuda")
-    got, want = _run_both(inputs)
+    got, want = _run_both(sampler, inputs)
     _assert_matches(got, want, exact=(mode == "greedy"))

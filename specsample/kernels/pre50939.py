@@ -12,16 +12,12 @@ accept drafts after a placeholder and emit ``-1``.
 
 from __future__ import annotations
 
-import inspect
-
 import torch
 
 
 def rejection_sample_pre50939(*args, **kwargs) -> tuple[torch.Tensor, torch.Tensor]:
     """Pre-#50939 replica, with the arguments, validation and outputs of
     :func:`specsample.rejection_sample` (see there)."""
-    from ..sampler import checked_launch, rejection_sample
+    from ..sampler import bind_arguments, checked_launch
 
-    bound = inspect.signature(rejection_sample).bind(*args, **kwargs)
-    bound.apply_defaults()
-    return checked_launch(bound.arguments, placeholder_fix=False)
+    return checked_launch(bind_arguments(args, kwargs), placeholder_fix=False)

@@ -1,0 +1,409 @@
+"""The ``fast`` sampler: MRV2's algorithm and random numbers, with less work per call.
+
+Same inputs, outputs, modes and Philox draws as :mod:`.mrv2` (so the same reference, draw for
+draw); it differs only in what it skips and how it evaluates the same numbers. Each change is
+predicted and measured in ``notes/performance.md``:
+
+1. **Stats follow the valid drafts.** :func:`_stats_kernel` returns at once for a row nothing
+   reads: a non-greedy row ``j`` is read only if drafts ``d_1..d_{j+1}`` are all real (its own
+   draft is tested against it); a greedy row ``j`` only if ``d_1..d_j`` are (at the first
+   placeholder greedy writes the row's argmax). Rows after a request's first ``-1`` -- and, for
+   non-greedy requests, the row at it, which is resampled from the plain target -- are never
+   read. ``mrv2`` (like upstream after PR #50939, spec 5.5) reads every row.
+2. **Cheaper Philox in the resample step.** The Gumbel noise of every vocab entry is word 0 of
+   Philox-4x32-10, as ``tl.rand``; :func:`_philox_uniform` computes the same bits with one
+   32x32->64 multiply per product instead of separate high and low multiplies, and drops the
+   terms that are zero because counter words 1-3 are zero. Bit-exact (tested against
+   ``tl.rand``).
+3. **Fast logarithms on the GPU** (``Config.fast_log``): the two logs of the Gumbel noise use
+   the hardware ``lg2.approx`` (relative error ~2**-22) instead of libdevice's ``logf``. This
+   moves noise values by a few ulp, so a token can differ from the reference only where two
+   candidates tie to within that; the tests bound such flips as they do for ``mrv2``. Off under
+   the interpreter.
+4. **Block sizes per kernel** (``Config``), chosen by measurement on the H200.
+
+Cumulative log p, residual mass, rejection and insert are ``mrv2``'s kernels, unchanged: the
+partial statistics they read are laid out the same way ([N, nb] per stats block).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+from triton.language.extra import libdevice
+
+from . import mrv2
+from .mrv2 import MIN_UNIFORM, _log1m
+
+# Philox-4x32-10 constants (Salmon et al. 2011; as triton.language.random).
+_PHILOX_ROUND_A = tl.constexpr(0xD2511F53)
+_PHILOX_ROUND_B = tl.constexpr(0xCD9E8D57)
+_PHILOX_KEY_A = tl.constexpr(0x9E3779B9)
+_PHILOX_KEY_B = tl.constexpr(0xBB67AE85)
+# tl.rand's int -> float scale: fp32(4.6566127342e-10) (see mrv2.MIN_UNIFORM).
+_RAND_SCALE = tl.constexpr(4.6566127342e-10)
+_LN2 = tl.constexpr(0.6931471805599453)
+
+
+@dataclass(frozen=True)
+class Config:
+    """Tunables of the fast pipeline. The defaults are the H200 measurements' best."""
+
+    stats_block: int = 8192  # vocab entries per stats / residual-mass program
+    stats_warps: int = 8
+    resample_block: int = 1024  # vocab entries per resample program
+    resample_warps: int = 4
+    wide_philox: bool = True  # Philox with 32x32->64 multiplies (bit-exact)
+    fast_log: bool = True  # hardware lg2.approx for the Gumbel noise (GPU only)
+
+    def __post_init__(self) -> None:
+        for name in ("stats_block", "resample_block"):
+            value = getattr(self, name)
+            if value < 128 or value & (value - 1):
+                raise ValueError(f"{name}: expected a power of two >= 128, got {value}")
+        for name in ("stats_warps", "resample_warps"):
+            if getattr(self, name) not in (1, 2, 4, 8, 16, 32):
+                raise ValueError(f"{name}: expected a power of two in [1, 32], got {getattr(self, name)}")
+
+
+DEFAULT_CONFIG = Config()
+
+
+def _interpreted() -> bool:
+    return os.environ.get("TRITON_INTERPRET") == "1"
+
+
+# ---------------------------------------------------------------------------------------------
+# Device helpers
+# ---------------------------------------------------------------------------------------------
+
+
+@triton.jit
+def _mul_wide(a, b: tl.constexpr):
+    # (hi, lo) of the 64-bit product of uint32 a and the constant b: one wide multiply.
+    p = a.to(tl.uint64) * b
+    return (p >> 32).to(tl.uint32), p.to(tl.uint32)
+
+
+@triton.jit
+def _philox_uniform(seed, offset):
+    """``tl.rand(seed, offset)`` for a uint32 ``seed`` and int32 ``offset`` block, bit for bit.
+
+    Philox-4x32-10 with counter ``(offset, 0, 0, 0)`` and key ``(seed, 0)`` (a uint32 seed
+    zero-extends, so the high key word is 0); only output word 0 is used."""
+    k0 = (tl.zeros((), dtype=tl.uint32) + seed).to(tl.uint32)  # also takes a constexpr seed
+    k1 = tl.zeros((), dtype=tl.uint32)
+    c0 = offset.to(tl.uint32)
+    # Round 1 with c1 = c2 = c3 = 0: c0' = k0, c1' = 0, c2' = hi(A*c0) ^ k1, c3' = lo(A*c0).
+    hi_a, lo_a = _mul_wide(c0, _PHILOX_ROUND_A)
+    c2 = hi_a ^ k1
+    c3 = lo_a
+    c0 = c0 * 0 + k0
+    c1 = c0 * 0
+    k0 = tl.add(k0, _PHILOX_KEY_A, sanitize_overflow=False)
+    k1 = tl.add(k1, _PHILOX_KEY_B, sanitize_overflow=False)
+    for _ in tl.static_range(8):  # rounds 2..9
+        hi_b, lo_b = _mul_wide(c2, _PHILOX_ROUND_B)
+        hi_a, lo_a = _mul_wide(c0, _PHILOX_ROUND_A)
+        c0 = hi_b ^ c1 ^ k0
+        c2 = hi_a ^ c3 ^ k1
+        c1 = lo_b
+        c3 = lo_a
+        k0 = tl.add(k0, _PHILOX_KEY_A, sanitize_overflow=False)
+        k1 = tl.add(k1, _PHILOX_KEY_B, sanitize_overflow=False)
+    # Round 10: only word 0 is returned.
+    hi_b, _ = _mul_wide(c2, _PHILOX_ROUND_B)
+    word = (hi_b ^ c1 ^ k0).to(tl.int32, bitcast=True)
+    word = tl.where(word < 0, -word - 1, word)
+    return word.to(tl.float32) * _RAND_SCALE
+
+
+@triton.jit
+def _gumbel_noise(seed, offset, WIDE_PHILOX: tl.constexpr, FAST_LOG: tl.constexpr):
+    # The flipped Gumbel noise of mrv2's resample: -log(-log1p(-u)), u = max(rand, MIN_UNIFORM).
+    if WIDE_PHILOX:
+        u = _philox_uniform(seed, offset)
+    else:
+        u = tl.rand(seed, offset)
+    u = tl.maximum(u, MIN_UNIFORM)
+    if FAST_LOG:
+        # log(1 - u) with the same series near 0 as mrv2._log1m; lg2.approx elsewhere.
+        one_minus = tl.where(u < 1e-3, -u * (1.0 + u * (0.5 + u * (1.0 / 3.0))), libdevice.fast_logf(1.0 - u))
+        return -libdevice.fast_logf(-one_minus)
+    else:
+        return -tl.log(-_log1m(u))
+
+
+# ---------------------------------------------------------------------------------------------
+# Kernel 1: local logits stats, only for rows something reads
+# ---------------------------------------------------------------------------------------------
+
+
+@triton.jit
+def _stats_kernel(
+    # [N, V]
+    target_logits_ptr,
+    target_logits_stride,
+    # [max_num_reqs, K, V_d]
+    draft_logits_ptr,
+    draft_logits_stride_0,
+    draft_logits_stride_1,
+    # [N]
+    draft_sampled_ptr,
+    expanded_idx_mapping_ptr,
+    expanded_local_pos_ptr,
+    # [max_num_reqs]
+    temperature_ptr,
+    # [N, nb] outputs
+    target_local_argmax_ptr,
+    target_local_max_ptr,
+    target_local_sumexp_ptr,
+    draft_local_max_ptr,
+    draft_local_sumexp_ptr,
+    local_stride,
+    num_logits,
+    vocab_size,
+    num_speculative_steps,
+    HAS_DRAFT_LOGITS: tl.constexpr,
+    K_P2: tl.constexpr,
+    BLOCK_V: tl.constexpr,
+):
+    row = tl.program_id(0).to(tl.int64)
+    block = tl.program_id(1)
+    local_pos = tl.load(expanded_local_pos_ptr + row)
+    if local_pos >= num_speculative_steps:
+        return  # bonus rows need no stats
+    slot = tl.load(expanded_idx_mapping_ptr + row).to(tl.int64)
+    temperature = tl.load(temperature_ptr + slot)
+
+    # ---- is this row read? Drafts d_1..d_n of the request sit at rows start+1..start+n.
+    # Greedy reads row j while d_1..d_j are real; the other modes while d_1..d_{j+1} are.
+    start = row - local_pos
+    num_checked = local_pos + (temperature != 0.0).to(local_pos.dtype)
+    k = tl.arange(0, K_P2)
+    draft_rows = start + 1 + k
+    # A ragged request's bonus row (j = n < K) may look one row past the request: that row
+    # exists (or is masked at the end) and its answer does not matter, bonus rows are unread.
+    drafts = tl.load(draft_sampled_ptr + draft_rows, mask=(k < num_checked) & (draft_rows < num_logits), other=0)
+    if tl.min(drafts, 0) < 0:
+        return
+
+    # ---- one block of the target row; NaN is treated as -inf throughout (as mrv2)
+    offs = block * BLOCK_V + tl.arange(0, BLOCK_V)
+    mask = offs < vocab_size
+    x = tl.load(target_logits_ptr + row * target_logits_stride + offs, mask=mask, other=float("-inf"))
+    x = x.to(tl.float32)
+    x = tl.where(x != x, float("-inf"), x)
+    block_max = tl.max(x, 0)
+    out = row * local_stride + block
+    tl.store(target_local_max_ptr + out, block_max)
+
+    if temperature == 0.0:
+        local_argmax = tl.argmax(x, 0, tie_break_left=True)
+        tl.store(target_local_argmax_ptr + out, block * BLOCK_V + local_argmax.to(tl.int64))
+    else:
+        e = tl.where(x == float("-inf"), 0.0, tl.exp(x - block_max))
+        tl.store(target_local_sumexp_ptr + out, tl.sum(e, 0))
+        if HAS_DRAFT_LOGITS:
+            d_ptr = draft_logits_ptr + slot * draft_logits_stride_0 + local_pos.to(tl.int64) * draft_logits_stride_1
+            y = tl.load(d_ptr + offs, mask=mask, other=float("-inf")).to(tl.float32) / temperature
+            y = tl.where(y != y, float("-inf"), y)
+            d_max = tl.max(y, 0)
+            ey = tl.where(y == float("-inf"), 0.0, tl.exp(y - d_max))
+            tl.store(draft_local_max_ptr + out, d_max)
+            tl.store(draft_local_sumexp_ptr + out, tl.sum(ey, 0))
+
+
+# ---------------------------------------------------------------------------------------------
+# Kernel 5: resample, with the cheaper noise
+# ---------------------------------------------------------------------------------------------
+
+
+@triton.jit
+def _resample_kernel(
+    # [R, rb] outputs
+    resampled_local_argmax_ptr,
+    resampled_local_max_ptr,
+    resampled_stride,
+    # [R]
+    num_sampled_ptr,
+    target_rejected_lse_ptr,
+    draft_rejected_lse_ptr,
+    # [N, V]
+    target_logits_ptr,
+    target_logits_stride,
+    # [max_num_reqs, K, V_d]
+    draft_logits_ptr,
+    draft_logits_stride_0,
+    draft_logits_stride_1,
+    # [N]
+    draft_sampled_ptr,
+    pos_ptr,
+    cumulative_log_p_ptr,
+    # [R + 1]
+    cu_num_logits_ptr,
+    # [R]
+    idx_mapping_ptr,
+    # [max_num_reqs]
+    temperature_ptr,
+    seed_ptr,
+    vocab_size,
+    HAS_DRAFT_LOGITS: tl.constexpr,
+    USE_BLOCK_VERIFICATION: tl.constexpr,
+    WIDE_PHILOX: tl.constexpr,
+    FAST_LOG: tl.constexpr,
+    BLOCK_V: tl.constexpr,
+):
+    req = tl.program_id(0).to(tl.int64)
+    block = tl.program_id(1)
+    slot = tl.load(idx_mapping_ptr + req).to(tl.int64)
+    start = tl.load(cu_num_logits_ptr + req).to(tl.int64)
+    end = tl.load(cu_num_logits_ptr + req + 1).to(tl.int64)
+    tau = tl.load(num_sampled_ptr + req).to(tl.int64)
+    row = start + tau
+    is_bonus = row == end - 1
+    temperature = tl.load(temperature_ptr + slot)
+    if (temperature == 0.0) & (is_bonus == 0):
+        return  # greedy already stored the argmax at the rejected slot
+
+    offs = block * BLOCK_V + tl.arange(0, BLOCK_V)
+    mask = offs < vocab_size
+    x = tl.load(target_logits_ptr + row * target_logits_stride + offs, mask=mask, other=float("-inf")).to(tl.float32)
+    x = tl.where(x != x, float("-inf"), x)
+
+    # ---- residual logits rho(x) in log space, exactly as mrv2 (spec 3.6)
+    rejected = tl.load(draft_sampled_ptr + row + 1, mask=row + 1 < end, other=0).to(tl.int64)
+    if is_bonus | (rejected < 0):
+        rho = x  # bonus row, or a placeholder that was never drawn: sample the target
+    else:
+        if HAS_DRAFT_LOGITS:
+            a = x - tl.load(target_rejected_lse_ptr + req)
+            if USE_BLOCK_VERIFICATION:
+                if tau > 0:
+                    a += tl.load(cumulative_log_p_ptr + row - 1)
+            d_ptr = draft_logits_ptr + slot * draft_logits_stride_0 + tau * draft_logits_stride_1
+            g = tl.load(d_ptr + offs, mask=mask, other=float("-inf")).to(tl.float32) / temperature
+            g = g - tl.load(draft_rejected_lse_ptr + req)
+            ratio = tl.exp(g - a)
+            rho = tl.where(ratio < 1.0, a + _log1m(ratio), float("-inf"))
+        else:
+            rho = tl.where(offs == rejected, float("-inf"), x)
+
+    # ---- Gumbel-max (target logits already carry temperature)
+    if temperature != 0.0:
+        gseed = tl.randint(tl.load(seed_ptr + slot), tl.load(pos_ptr + row).to(tl.int32))
+        rho = rho + _gumbel_noise(gseed, offs.to(tl.int32), WIDE_PHILOX, FAST_LOG)
+    rho = tl.where(mask, rho, float("-inf"))
+    best = tl.argmax(rho, 0, tie_break_left=True)
+    best_val = tl.max(rho, 0)
+    out = req * resampled_stride + block
+    tl.store(resampled_local_max_ptr + out, best_val)
+    tl.store(resampled_local_argmax_ptr + out, block * BLOCK_V + best.to(tl.int64))
+
+
+# ---------------------------------------------------------------------------------------------
+# Launcher
+# ---------------------------------------------------------------------------------------------
+
+
+class Pipeline(mrv2.Pipeline):
+    """:class:`specsample.kernels.mrv2.Pipeline` with the fast stats and resample kernels.
+
+    Same arguments (``placeholder_fix`` is always on) plus ``config``. ``use_fp64`` noise keeps
+    mrv2's fp64 resample kernel.
+    """
+
+    def __init__(self, *args, config: Config | None = None, **kwargs) -> None:
+        kwargs.pop("placeholder_fix", None)
+        super().__init__(*args, placeholder_fix=True, **kwargs)
+        self.config = config or DEFAULT_CONFIG
+        c = self.config
+        self.fast_log = c.fast_log and self.target_logits.device.type == "cuda" and not _interpreted()
+        if c.stats_block != mrv2.VOCAB_BLOCK_SIZE:
+            self._reallocate_partials(c.stats_block)
+        if c.resample_block != mrv2.RESAMPLE_BLOCK_SIZE and not self.use_fp64:
+            self.num_resample_blocks = triton.cdiv(self.vocab_size, c.resample_block)
+            r, rb, device = self.num_reqs, self.num_resample_blocks, self.target_logits.device
+            self.resampled_local_max = torch.empty(r, rb, dtype=torch.float32, device=device)
+            self.resampled_local_argmax = torch.empty(r, rb, dtype=torch.int64, device=device)
+
+    def _reallocate_partials(self, block: int) -> None:
+        # Every [N, nb] partial follows the stats block size.
+        self.num_blocks = triton.cdiv(self.vocab_size, block)
+        self.num_blocks_p2 = triton.next_power_of_2(self.num_blocks)
+        n, nb, device = self.num_logits, self.num_blocks, self.target_logits.device
+        f32 = dict(dtype=torch.float32, device=device)
+        self.target_local_argmax = torch.empty(n, nb, dtype=torch.int64, device=device)
+        self.target_local_max = torch.empty(n, nb, **f32)
+        self.target_local_sumexp = torch.empty(n, nb, **f32)
+        if self.has_draft_logits:
+            self.draft_local_max = torch.empty(n, nb, **f32)
+            self.draft_local_sumexp = torch.empty(n, nb, **f32)
+        else:
+            self.draft_local_max = self.draft_local_sumexp = self.target_local_max
+        residual_needed = self.use_block_verification and self.has_draft_logits
+        self.local_residual_mass = torch.empty(n, nb, **f32) if residual_needed else self.target_local_max
+
+    # ---- 1. block stats of the rows something reads
+    def _stats(self) -> None:
+        c = self.config
+        _stats_kernel[(self.num_logits, self.num_blocks)](
+            self.target_logits, self.target_logits.stride(0),
+            self.draft_arg, *self.draft_strides,
+            self.draft_sampled, self.expanded_idx_mapping, self.expanded_local_pos, self.temperature,
+            self.target_local_argmax, self.target_local_max, self.target_local_sumexp,
+            self.draft_local_max, self.draft_local_sumexp, self.num_blocks,
+            self.num_logits, self.vocab_size, self.k,
+            HAS_DRAFT_LOGITS=self.has_draft_logits, K_P2=triton.next_power_of_2(max(self.k, 1)),
+            BLOCK_V=c.stats_block, num_warps=c.stats_warps,
+        )  # fmt: skip
+
+    # ---- 3. residual mass, on the stats block layout
+    def _residual_mass(self) -> None:
+        mrv2._residual_mass_kernel[(self.num_logits, self.num_blocks)](
+            self.target_logits, self.target_logits.stride(0),
+            self.draft_arg, *self.draft_strides,
+            self.draft_sampled, self.expanded_idx_mapping, self.expanded_local_pos, self.temperature,
+            self.target_local_max, self.target_local_sumexp, self.draft_local_max, self.draft_local_sumexp,
+            self.num_blocks, self.num_blocks,
+            self.cumulative_log_p, self.local_residual_mass,
+            self.num_logits, self.vocab_size, self.k,
+            PLACEHOLDER_FIX=True, BLOCK_V=self.config.stats_block,
+            NUM_BLOCKS_P2=self.num_blocks_p2, num_warps=self.config.stats_warps,
+        )  # fmt: skip
+
+    # ---- 5. resample with the cheaper noise
+    def _resample(self) -> None:
+        if self.use_fp64:
+            return super()._resample()
+        c = self.config
+        _resample_kernel[(self.num_reqs, self.num_resample_blocks)](
+            self.resampled_local_argmax, self.resampled_local_max, self.num_resample_blocks,
+            self.num_sampled, self.target_rejected_lse, self.draft_rejected_lse,
+            self.target_logits, self.target_logits.stride(0),
+            self.draft_arg, *self.draft_strides,
+            self.draft_sampled, self.pos, self.cumulative_log_p, self.cu_num_logits, self.idx_mapping,
+            self.temperature, self.seed,
+            self.vocab_size,
+            HAS_DRAFT_LOGITS=self.has_draft_logits, USE_BLOCK_VERIFICATION=self.use_block_verification,
+            WIDE_PHILOX=c.wide_philox, FAST_LOG=self.fast_log,
+            BLOCK_V=c.resample_block, num_warps=c.resample_warps,
+        )  # fmt: skip
+
+
+def launch(*args, config: Config | None = None, **kwargs) -> tuple[torch.Tensor, torch.Tensor]:
+    """Allocate and run one fast :class:`Pipeline` (the arguments of ``mrv2.launch``)."""
+    return Pipeline(*args, config=config, **kwargs).run()
+
+
+def rejection_sample_fast(*args, config: Config | None = None, **kwargs) -> tuple[torch.Tensor, torch.Tensor]:
+    """The fast sampler, with the arguments, validation and outputs of
+    :func:`specsample.rejection_sample` (see there), plus ``config``."""
+    from ..sampler import bind_arguments, checked_launch
+
+    return checked_launch(bind_arguments(args, kwargs), launch=functools.partial(launch, config=config))

@@ -1,0 +1,92 @@
+"""What is particular to the ``fast`` sampler (its shared behaviour is in test_sampler.py,
+which runs every test on both ``mrv2`` and ``fast``): the bit-exact Philox, which stats rows it
+reads, and its block-size configurations."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import triton
+import triton.language as tl
+from batches import emitted, first_placeholder
+
+from specsample import reference
+from specsample.kernels import fast
+from specsample.workloads import Workload, make_inputs
+
+
+@triton.jit
+def _uniforms_kernel(out_fast_ptr, out_triton_ptr, seed, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    # Offsets spread over the whole int32 range, negatives included.
+    counter = (offs * 196613 + 977).to(tl.int32)
+    tl.store(out_fast_ptr + offs, fast._philox_uniform(seed, counter))
+    tl.store(out_triton_ptr + offs, tl.rand(seed, counter))
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2**31 - 1, 2**31 + 12345, 2**32 - 1])
+def test_wide_philox_is_tl_rand_bit_for_bit(device, seed):
+    block, programs = 256, 4 if device == "cpu" else 4096
+    out_fast = torch.empty(block * programs, dtype=torch.float32, device=device)
+    out_triton = torch.empty_like(out_fast)
+    # The resample step passes a uint32 seed (word 0 of an earlier Philox draw).
+    _uniforms_kernel[(programs,)](out_fast, out_triton, seed, BLOCK=block)
+    assert torch.equal(out_fast.view(torch.int32), out_triton.view(torch.int32))
+    assert out_fast.min() >= 0 and out_fast.max() < 1 and out_fast.std() > 0.25
+
+
+def _rows_read_by_rule(inputs: dict) -> set[int]:
+    """Rows the fast stats kernel must fill: greedy row j while d_1..d_j are real, other
+    modes while d_1..d_{j+1} are; never a bonus row."""
+    cu = inputs["cu_num_logits"].tolist()
+    temperature = inputs["temperature"][inputs["idx_mapping"].long()].tolist()
+    rows = set()
+    for r, m in enumerate(first_placeholder(inputs)):  # m = real drafts before the first -1
+        start, end = cu[r], cu[r + 1]
+        num_drafts = end - start - 1
+        for j in range(num_drafts):
+            needed = j <= m if temperature[r] == 0.0 else j + 1 <= m
+            if needed and j < num_drafts:
+                rows.add(start + j)
+    return rows
+
+
+@pytest.mark.parametrize("mode", ["greedy", "standard", "block"])
+def test_stats_skip_rows_after_the_first_placeholder(device, mode):
+    w = Workload(num_reqs=16, num_speculative_steps=4, vocab_size=300, mode=mode, placeholder_pattern="random",
+                 placeholder_density=0.5, greedy_fraction=0.25 if mode != "greedy" else 1.0, seed=4)  # fmt: skip
+    inputs = make_inputs(w, device=device)
+    pipe = fast.Pipeline(**inputs)  # make_inputs sets use_block_verification from the mode
+    pipe.target_local_max.fill_(float("nan"))  # sentinel: a row the kernel skips stays NaN
+    pipe._stats()
+    written = {i for i, row in enumerate(pipe.target_local_max.isnan().all(dim=1).tolist()) if not row}
+    expected = _rows_read_by_rule(inputs)
+    assert written == expected
+    assert 0 < len(expected) < inputs["target_logits"].shape[0] - 16  # the case skips real rows
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        fast.Config(stats_block=256, stats_warps=2, resample_block=128, resample_warps=1),
+        fast.Config(stats_block=128, resample_block=512, wide_philox=False),
+    ],
+    ids=["small-blocks", "narrow-stats-tl-rand"],
+)
+@pytest.mark.parametrize("mode,draft", [("greedy", "logits"), ("standard", "logits"), ("block", "logits"),
+                                        ("block", "one-hot")])  # fmt: skip
+def test_block_size_configs_match_reference(device, config, mode, draft):
+    """Non-default block sizes change the partials' layout (nb per row), not the result."""
+    w = Workload(num_reqs=8, num_speculative_steps=3, vocab_size=700, mode=mode, draft=draft,
+                 placeholder_pattern="random", placeholder_density=0.3, seed=7)  # fmt: skip
+    inputs = make_inputs(w, device=device)
+    got = emitted(*fast.rejection_sample_fast(**inputs, config=config))
+    assert got == emitted(*reference.rejection_sample(**inputs))  # 8 requests: 0.1% of them is 0
+
+
+@pytest.mark.parametrize(
+    "field,value", [("stats_block", 1000), ("resample_block", 64), ("stats_warps", 3), ("resample_warps", 64)]
+)
+def test_config_rejects_bad_values(field, value):
+    with pytest.raises(ValueError, match=field):
+        fast.Config(**{field: value})
