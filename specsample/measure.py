@@ -8,12 +8,14 @@ interleaved, so their ratio is not skewed by clock drift.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 import torch
 
 from . import variants
 from .grid import STAGES
+from .kernels import fast as fast_kernels
 from .kernels import mrv2 as mrv2_kernels
 from .timing import Sampler, Timing, TimingConfig, copies_for_cold_l2, measure_interleaved, sample_interleaved
 from .workloads import Workload, bytes_required, make_inputs
@@ -74,7 +76,12 @@ def measure_variants(
     return {name: result[name] for name in names}
 
 
-STAGE_VARIANTS = {"mrv2": True, "mrv2-pre50939": False}  # name -> placeholder_fix
+# Variants whose kernels can be timed one by one: name -> Pipeline factory.
+STAGE_VARIANTS = {
+    "mrv2": mrv2_kernels.Pipeline,
+    "mrv2-pre50939": functools.partial(mrv2_kernels.Pipeline, placeholder_fix=False),
+    "fast": fast_kernels.Pipeline,
+}
 
 
 def measure_stages(names: Sequence[str], w: Workload, config: TimingConfig = TimingConfig()) -> dict[tuple[str, str], Timing]:
@@ -90,7 +97,7 @@ def measure_stages(names: Sequence[str], w: Workload, config: TimingConfig = Tim
     for name in names:
         if name not in STAGE_VARIANTS:
             raise variants.NotSupported(f"per-kernel timing covers {tuple(STAGE_VARIANTS)}, not {name!r}")
-        pipes = [mrv2_kernels.Pipeline(**inputs, placeholder_fix=STAGE_VARIANTS[name]) for inputs in copies]
+        pipes = [STAGE_VARIANTS[name](**inputs) for inputs in copies]
         for p in pipes:
             for _, stage in p.stages()[:-1]:  # everything up to insert: num_sampled holds tau
                 stage()

@@ -8,6 +8,9 @@ prepares its own inputs outside the timed region (:meth:`Variant.prepare`) and h
 
 =================  ============================================================================
 ``mrv2``           the Triton sampler, ``specsample.rejection_sample`` (post-PR-#50939).
+``fast``           the same algorithm and random numbers with less work
+                   (:mod:`specsample.kernels.fast`: stats only for rows something reads, cheaper
+                   Philox and logs in the resample step).
 ``mrv2-pre50939``  REPLICA FOR BENCHMARKING ONLY of the sampler before PR #50939
                    (:mod:`specsample.kernels.pre50939`); wrong on block-verification
                    placeholders, by design.
@@ -31,6 +34,7 @@ from dataclasses import dataclass
 import torch
 
 from . import reference
+from .kernels import fast as fast_kernels
 from .kernels import mrv2 as mrv2_kernels
 from .validation import check_inputs
 from .workloads import Workload, make_inputs
@@ -53,14 +57,18 @@ def _identity(out: object) -> tuple[torch.Tensor, torch.Tensor]:
     return out  # type: ignore[return-value]
 
 
-def _sampler_call(inputs: dict, placeholder_fix: bool) -> PreparedCall:
+def _sampler_call(inputs: dict, placeholder_fix: bool, launch=mrv2_kernels.launch) -> PreparedCall:
     check_inputs(**inputs)  # once here, so the timed call skips the host read-back
-    call = functools.partial(mrv2_kernels.launch, **inputs, placeholder_fix=placeholder_fix)
+    call = functools.partial(launch, **inputs, placeholder_fix=placeholder_fix)
     return PreparedCall(call, _identity)
 
 
 def _prepare_mrv2(inputs: dict) -> PreparedCall:
     return _sampler_call(inputs, placeholder_fix=True)
+
+
+def _prepare_fast(inputs: dict) -> PreparedCall:
+    return _sampler_call(inputs, placeholder_fix=True, launch=fast_kernels.launch)
 
 
 def _prepare_pre50939(inputs: dict) -> PreparedCall:
@@ -196,6 +204,8 @@ _ALL_DRAFTS = ("logits", "one-hot")
 VARIANTS: tuple[Variant, ...] = (
     Variant("mrv2", "Triton MRV2 sampler, post-PR-#50939 (specsample.rejection_sample)",
             _ALL_MODES, _ALL_DRAFTS, True, True, True, _prepare_mrv2),
+    Variant("fast", "Triton sampler, mrv2's algorithm and random numbers with less work",
+            _ALL_MODES, _ALL_DRAFTS, True, True, True, _prepare_fast),
     Variant("mrv2-pre50939", "REPLICA FOR BENCHMARKING ONLY: the sampler before PR #50939",
             _ALL_MODES, _ALL_DRAFTS, True, True, True, _prepare_pre50939),
     Variant("torch-eager", "PyTorch reference on the GPU (eager, host syncs)",

@@ -18,7 +18,7 @@ V, R, K = 257, 12, 3
 
 def test_registry_lists_every_variant_once():
     names = variants.names()
-    assert names == ("mrv2", "mrv2-pre50939", "torch-eager", "flashinfer", "flashinfer-kernel")
+    assert names == ("mrv2", "fast", "mrv2-pre50939", "torch-eager", "flashinfer", "flashinfer-kernel")
     assert len(set(names)) == len(names)
     assert "REPLICA" in variants.get("mrv2-pre50939").summary
 
