@@ -4,7 +4,7 @@
 # GPU box, from the repository root, after `source scripts/gpu-env.sh`.
 set -u
 status=0
-for variant in mrv2 mrv2-pre50939 torch-eager; do
+for variant in mrv2 fast mrv2-pre50939 torch-eager; do
   log=$(mktemp)
   compute-sanitizer --tool memcheck --error-exitcode 1 python3 scripts/memcheck_cases.py "$variant" >"$log" 2>&1
   rc=$?

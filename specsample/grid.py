@@ -29,7 +29,7 @@ TIERS = ("smoke", "quick", "nightly", "full")
 
 # The base point of the nightly one-axis sweeps (issue: R=128, K=4, V=151936, phi=0.5).
 BASE = {
-    "variant": ("mrv2", "mrv2-pre50939"),
+    "variant": ("mrv2", "mrv2-pre50939", "fast"),
     "mode": ("greedy", "standard", "block"),
     "draft": ("logits",),
     "num_reqs": (128,),
@@ -48,7 +48,7 @@ class Sweep:
     name: str
     axes: tuple[tuple[str, tuple], ...]
     kind: str = "sampler"  # "sampler" (end to end) or "stages" (per-kernel breakdown)
-    latency: bool = True  # also an asv-statistics time_ class (about 2 s a point on the H200)
+    latency: bool = True  # also an asv-statistics time_ class (replays the sweep's measurement)
 
     @property
     def class_name(self) -> str:
@@ -90,7 +90,7 @@ def _sweep(tier: str, name: str, kind: str = "sampler", latency: bool = True, **
     return Sweep(tier, name, tuple(axes.items()), kind, latency and kind == "sampler")
 
 
-_PEERS = ("mrv2", "mrv2-pre50939", "torch-eager", "flashinfer", "flashinfer-kernel")
+_PEERS = ("mrv2", "mrv2-pre50939", "fast", "torch-eager", "flashinfer", "flashinfer-kernel")
 _DENSITIES = (0.0, 0.25, 0.5, 0.75, 1.0)
 
 SWEEPS: tuple[Sweep, ...] = (
@@ -101,8 +101,8 @@ SWEEPS: tuple[Sweep, ...] = (
     _sweep("quick", "Density", phi=(0.0, 0.5, 1.0), draft=("logits", "one-hot")),
     _sweep("quick", "Shape", num_reqs=(8, 512), vocab_size=(32000, 262144)),
     # ---- nightly: one-axis sweeps around the base point, density sweeps per mode, peers.
-    # Latency (asv statistics, ~2 s a point) for the one-axis sweeps and the placeholder
-    # extremes; the wide density and peer sweeps are measured interleaved in one process.
+    # Latency (asv statistics over the replayed samples) for the one-axis sweeps and the
+    # placeholder extremes; every sweep is measured once per run, variants interleaved.
     _sweep("nightly", "Batch", num_reqs=(1, 8, 32, 128, 256, 512)),
     _sweep("nightly", "Steps", K=(1, 3, 4, 7, 8)),
     _sweep("nightly", "Vocab", vocab_size=(32000, 128256, 151936, 155264, 262144)),
