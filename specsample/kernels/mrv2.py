@@ -30,6 +30,8 @@ import torch
 import triton
 import triton.language as tl
 
+from . import planted
+
 # Vocab block of the stats and residual-mass kernels: one program reads 8192 logits.
 VOCAB_BLOCK_SIZE = 8192
 # Vocab block of the resample kernel: smaller, so R*rb programs fill the GPU at small R.
@@ -254,9 +256,19 @@ def _residual_mass_kernel(
     PLACEHOLDER_FIX: tl.constexpr,
     BLOCK_V: tl.constexpr,
     NUM_BLOCKS_P2: tl.constexpr,
+    # TEST-ONLY planted slowdown (specsample.kernels.planted): [nb] scratch, loop iterations
+    ballast_ptr=None,
+    BALLAST_ITERS: tl.constexpr = 0,
 ):
     row = tl.program_id(0).to(tl.int64)
     block = tl.program_id(1)
+    if BALLAST_ITERS > 0:
+        # A dependent fp32 chain per element, before the early exits so every program pays it;
+        # the sum is stored so the compiler keeps it. At 0 this is compiled out.
+        acc = (block * BLOCK_V + tl.arange(0, BLOCK_V)).to(tl.float32) + row.to(tl.float32)
+        for _ in range(BALLAST_ITERS):
+            acc = acc * 0.5 + 1.0
+        tl.store(ballast_ptr + block, tl.sum(acc, 0))
     local_pos = tl.load(expanded_local_pos_ptr + row)
     if (local_pos == 0) | (local_pos >= num_speculative_steps):
         return  # row 0's residual is never needed; bonus rows are excluded
@@ -672,6 +684,9 @@ class Pipeline:
         self.cumulative_log_p = torch.empty(n if use_block_verification else 1, **f32)
         residual_needed = use_block_verification and self.has_draft_logits
         self.local_residual_mass = torch.empty(n, nb, **f32) if residual_needed else self.target_local_max
+        # TEST-ONLY planted slowdown, read now (not at import) so the validation can set it.
+        self.ballast_iters = planted.BALLAST_ITERS if residual_needed else 0
+        self.ballast = torch.empty(nb, **f32) if self.ballast_iters > 0 else None
         self.rates = synthetic_conditional_rates if self.synthetic else temperature
         self.target_rejected_lse = torch.empty(r, **f32)
         self.draft_rejected_lse = torch.empty(r, **f32)
@@ -736,7 +751,8 @@ class Pipeline:
             self.cumulative_log_p, self.local_residual_mass,
             self.num_logits, self.vocab_size, self.k,
             PLACEHOLDER_FIX=self.placeholder_fix, BLOCK_V=VOCAB_BLOCK_SIZE,
-            NUM_BLOCKS_P2=self.num_blocks_p2, num_warps=8,
+            NUM_BLOCKS_P2=self.num_blocks_p2, ballast_ptr=self.ballast, BALLAST_ITERS=self.ballast_iters,
+            num_warps=8,
         )  # fmt: skip
 
     # ---- 4. accept/reject: tau per request into num_sampled
