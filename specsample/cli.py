@@ -18,7 +18,6 @@ import itertools
 import json
 import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -153,55 +152,49 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
 
 def cmd_signoff(args: argparse.Namespace) -> int:
     from . import signoff
-    from .results import load_results, machine_environment
 
     if args.variants:
+        from .results import load_results, machine_environment
+
         df, _ = load_results(Path(args.results))
         if args.commit:
             df = df[df["commit"].str.startswith(args.commit)]
         df = df[df["metric"] == "time_sample"]
         base, head = args.variants
-        verdicts = signoff.compare_variants(df, base, head, alpha=args.alpha, min_effect=args.min_effect)
-        title = f"specsample sign-off: {head} vs {base}"
+        min_effect = signoff.ASV_MIN_EFFECT if args.min_effect is None else args.min_effect
+        verdicts = signoff.compare_variants(df, base, head, alpha=args.alpha, min_effect=min_effect)
+        report = signoff.report_markdown(verdicts, machine_environment(df),
+                                         title=f"specsample sign-off: {head} vs {base}")  # fmt: skip
+        code = signoff.exit_code(verdicts)
     else:
+        import torch
+
+        from .paired import DEFAULT_SAMPLES, CheckoutError, signoff_commits
+
         if not (args.base and args.head):
             raise SystemExit("specsample signoff: give BASE HEAD commits, or --variants BASE HEAD")
-        df = _signoff_runs(args)
-        base_sha, head_sha = (_rev(r) for r in (args.base, args.head))
-        verdicts = signoff.compare(df[df["commit"] == base_sha], df[df["commit"] == head_sha],
-                                   alpha=args.alpha, min_effect=args.min_effect)  # fmt: skip
-        title = f"specsample sign-off: {head_sha[:8]} vs {base_sha[:8]}"
-    report = signoff.report_markdown(verdicts, machine_environment(df), title=title)
+        if not torch.cuda.is_available():
+            print("specsample signoff: BASE HEAD needs a CUDA GPU", file=sys.stderr)
+            return 2
+        min_effect = signoff.PAIRED_MIN_EFFECT if args.min_effect is None else args.min_effect
+        try:
+            result = signoff_commits(_repo_root(), args.base, args.head, tier=args.tier, sweeps=args.sweep,
+                                     samples=args.samples or DEFAULT_SAMPLES, machine=args.machine, alpha=args.alpha,
+                                     min_effect=min_effect, log=lambda line: print(line, flush=True))  # fmt: skip
+        except (CheckoutError, ValueError) as exc:
+            print(f"specsample signoff: {exc}", file=sys.stderr)
+            return 2
+        report, code = result.report, result.exit_code
     print(report)
     if args.report:
         Path(args.report).write_text(report)
-    return signoff.exit_code(verdicts)
+    return code
 
 
 def _rev(rev: str) -> str:
     from .asv_runs import git
 
     return git(_repo_root(), "rev-parse", rev)
-
-
-def _signoff_runs(args: argparse.Namespace):
-    """Benchmark BASE and HEAD from worktrees, alternating rounds, into a scratch results dir."""
-    from .asv_runs import run_tier, worktree
-    from .grid import bench_regex
-    from .results import load_results
-
-    repo = _repo_root()
-    scratch = Path(args.scratch or tempfile.mkdtemp(prefix="specsample-signoff-"))
-    base, head = _rev(args.base), _rev(args.head)
-    with worktree(repo, base) as base_tree, worktree(repo, head) as head_tree:
-        for round_ in range(1, args.rounds + 1):
-            for sha, tree in ((base, base_tree), (head, head_tree)):  # alternate to cancel drift
-                print(f"specsample signoff: round {round_}/{args.rounds}, {sha[:8]}", flush=True)
-                run_tier(args.tier, repo=repo, results_dir=scratch, machine=args.machine, checkout=tree,
-                         commit=sha, bench=args.bench or bench_regex(args.tier),
-                         extra_args=("--append-samples",) if round_ > 1 else ())  # fmt: skip
-    df, _ = load_results(scratch)
-    return df[df["metric"] == "time_sample"]
 
 
 def cmd_gpuinfo(args: argparse.Namespace) -> int:
@@ -256,18 +249,18 @@ def build_parser() -> argparse.ArgumentParser:
     d.set_defaults(func=cmd_dashboard)
 
     s = sub.add_parser("signoff", help="did anything get slower? exit 0 pass, 1 regression, 2 failure")
-    s.add_argument("base", nargs="?", help="base commit (benchmarked from a worktree)")
-    s.add_argument("head", nargs="?", help="head commit")
+    s.add_argument("base", nargs="?", help="base commit (both are checked out in worktrees and timed paired, in one process)")
+    s.add_argument("head", nargs="?", help="head commit (may equal base: an A/A run)")
     s.add_argument("--variants", nargs=2, metavar=("BASE", "HEAD"), help="compare two variants in results/ instead")
     s.add_argument("--commit", help="with --variants: only this commit's results")
     s.add_argument("--results", default="results")
     s.add_argument("--tier", default="quick", choices=["smoke", "quick", "nightly", "full"])
-    s.add_argument("--bench", help="asv --bench regex: a slice of the tier")
-    s.add_argument("--rounds", type=int, default=2, help="alternating base/head rounds")
+    s.add_argument("--sweep", action="append", metavar="NAME", help="only this sweep of the tier, e.g. Density (repeatable)")
+    s.add_argument("--samples", type=int, help="samples per side and point (default 30)")
     s.add_argument("--alpha", type=float, default=0.002)
-    s.add_argument("--min-effect", type=float, default=0.05)
+    s.add_argument("--min-effect", type=float, default=None,
+                   help="smallest relative change that counts (default 0.02 for BASE HEAD, 0.05 for --variants)")
     s.add_argument("--machine", default=DEFAULT_MACHINE)
-    s.add_argument("--scratch", help="results directory for the sign-off runs (default: a temp dir)")
     s.add_argument("--report", help="also write the markdown report here")
     s.set_defaults(func=cmd_signoff)
 

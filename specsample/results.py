@@ -156,7 +156,7 @@ def load_results(results_dir: str | Path) -> tuple[pd.DataFrame, list[Problem]]:
             rows.extend(_rows_from_file(path, benchmarks, gpuinfo, problems))
     for problem in problems:
         logger.warning("skipped %s: %s", problem.path.name, problem.reason)
-    return _to_frame(rows), problems
+    return to_frame(rows), problems
 
 
 def commit_order(df: pd.DataFrame) -> pd.DataFrame:
@@ -455,8 +455,10 @@ def _value_fields(value: float | None, samples: list | None) -> dict:
 # ---------------------------------------------------------------------------------------------
 
 
-def _to_frame(rows: list[dict]) -> pd.DataFrame:
-    """Rows to a frame with the declared column order and dtypes, extras after them."""
+def to_frame(rows: list[dict]) -> pd.DataFrame:
+    """Rows (dicts keyed by :data:`COLUMNS`) to a frame with the declared column order and
+    dtypes, extras after them, sorted by machine, date, benchmark. Also used by
+    :mod:`specsample.paired`, whose rows come from a measurement rather than asv's files."""
     raw = pd.DataFrame(rows)
     extras = [c for c in raw.columns if c not in COLUMNS]
     frame = pd.DataFrame(index=raw.index)
