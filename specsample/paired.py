@@ -32,6 +32,7 @@ import importlib.machinery
 import importlib.util
 import inspect
 import math
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Collection, Iterator, Mapping
@@ -366,7 +367,7 @@ def measure_paired(
         for label in SIDES:
             if label in outcome:
                 rows.append(_row(sides[label], sweep, point, *outcome[label], machine=machine, env=env))
-        log(f"[{i}/{len(chosen)}] {_point_label(point)}  {_progress(outcome)}")
+        log(f"[{i}/{len(chosen)}] {point_label(point)}  {_progress(outcome)}")
     log(f"specsample paired: {len(chosen)} points in {time.monotonic() - start:.0f} s")
     return to_frame(rows)
 
@@ -401,7 +402,7 @@ def _side_point(side: Checkout, name: str, w) -> tuple[str, object]:
     except (KeyError, ValueError):
         return "absent", f"{side.label} has no variant {name!r}"
     try:
-        w_side = _side_workload(w, side.workloads.Workload)
+        w_side = side_workload(w, side.workloads.Workload)
     except (TypeError, ValueError) as exc:
         return "skipped", f"{side.label} cannot build the workload: {exc}"
     unsupported = getattr(v, "unsupported", None)
@@ -411,7 +412,7 @@ def _side_point(side: Checkout, name: str, w) -> tuple[str, object]:
     return "ok", (v, w_side)
 
 
-def _side_workload(w, cls: type):
+def side_workload(w, cls: type):
     """``w`` rebuilt with a checkout's own ``Workload`` class, from the same field values.
 
     A field the checkout does not know is refused (``TypeError``) unless it holds the running
@@ -480,7 +481,7 @@ def median_ci(samples: np.ndarray, confidence: float = 0.99) -> tuple[float, flo
     return float(x[j - 1]), float(x[n - j])
 
 
-def _point_label(point: dict) -> str:
+def point_label(point: dict) -> str:
     return (f"{point.get('variant')} {point.get('mode')} {point.get('draft')} R={point.get('num_reqs')} "
             f"K={point.get('K')} V={point.get('vocab_size')} phi={point.get('phi')}")
 
@@ -550,7 +551,7 @@ def signoff_commits(
 
     repo = Path(repo)
     start = time.monotonic()
-    base_sha, head_sha = (git(repo, "rev-parse", "--verify", f"{rev}^{{commit}}") for rev in (base, head))
+    base_sha, head_sha = (_commit(repo, rev) for rev in (base, head))
     log(f"specsample signoff: base {base_sha[:8]} vs head {head_sha[:8]}, {tier} tier, "
         f"{samples} samples a side, paired in one process")
     with worktree(repo, base_sha) as base_tree, worktree(repo, head_sha) as head_tree:
@@ -566,6 +567,15 @@ def signoff_commits(
     report += (f"\nMeasured paired in one process: base and head on the same inputs, {samples} "
                f"samples a side alternated ABBA, {tier} tier, {seconds:.0f} s.\n")
     return SignoffResult(base_sha, head_sha, frame, verdicts, report, signoff.exit_code(verdicts), seconds)
+
+
+def _commit(repo: Path, rev: str) -> str:
+    from .asv_runs import git
+
+    try:
+        return git(repo, "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}")
+    except subprocess.CalledProcessError:
+        raise ValueError(f"{rev!r} is not a commit of {repo}") from None
 
 
 def _commit_date(repo: Path, sha: str) -> str:

@@ -233,6 +233,8 @@ def test_signoff_commits_a_a_passes_and_cleans_up(two_commits):
     assert "**PASS**" in result.report and "worse by more than 2%" in result.report
     assert "8 samples a side alternated ABBA" in result.report
     assert len(git(repo, "worktree", "list").splitlines()) == 1
+    with pytest.raises(ValueError, match="'nope' is not a commit"):
+        paired.signoff_commits(repo, "nope", base_sha, make_sampler=make, environment={}, log=lambda line: None)
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="on a GPU this would run the quick tier")
