@@ -45,9 +45,7 @@ CANDIDATES = {
     "resample": {
         **{f"{b}/{w}w": dataclasses.replace(D, resample_block=b, resample_warps=w)
            for b, w in ((1024, 4), (1024, 8), (2048, 4), (2048, 8), (4096, 8), (512, 2))},
-        "tl.rand+logf": dataclasses.replace(D, wide_philox=False, fast_log=False),
-        "wide+logf": dataclasses.replace(D, wide_philox=True, fast_log=False),
-        "tl.rand+fastlog": dataclasses.replace(D, wide_philox=False, fast_log=True),
+        "logf": dataclasses.replace(D, fast_log=False),
     },
 }  # fmt: skip
 CONFIG = TimingConfig(l2="cold", calls_per_sample=10, num_samples=15)

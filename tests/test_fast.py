@@ -1,38 +1,15 @@
 """What is particular to the ``fast`` sampler (its shared behaviour is in test_sampler.py,
-which runs every test on both ``mrv2`` and ``fast``): the bit-exact Philox, which stats rows it
-reads, and its block-size configurations."""
+which runs every test on both ``mrv2`` and ``fast``): which stats rows it reads, and its
+block-size configurations."""
 
 from __future__ import annotations
 
 import pytest
-import torch
-import triton
-import triton.language as tl
 from batches import emitted, first_placeholder
 
 from specsample import reference
 from specsample.kernels import fast
 from specsample.workloads import Workload, make_inputs
-
-
-@triton.jit
-def _uniforms_kernel(out_fast_ptr, out_triton_ptr, seed, BLOCK: tl.constexpr):
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    # Offsets spread over the whole int32 range, negatives included.
-    counter = (offs * 196613 + 977).to(tl.int32)
-    tl.store(out_fast_ptr + offs, fast._philox_uniform(seed, counter))
-    tl.store(out_triton_ptr + offs, tl.rand(seed, counter))
-
-
-@pytest.mark.parametrize("seed", [0, 1, 2**31 - 1, 2**31 + 12345, 2**32 - 1])
-def test_wide_philox_is_tl_rand_bit_for_bit(device, seed):
-    block, programs = 256, 4 if device == "cpu" else 4096
-    out_fast = torch.empty(block * programs, dtype=torch.float32, device=device)
-    out_triton = torch.empty_like(out_fast)
-    # The resample step passes a uint32 seed (word 0 of an earlier Philox draw).
-    _uniforms_kernel[(programs,)](out_fast, out_triton, seed, BLOCK=block)
-    assert torch.equal(out_fast.view(torch.int32), out_triton.view(torch.int32))
-    assert out_fast.min() >= 0 and out_fast.max() < 1 and out_fast.std() > 0.25
 
 
 def _rows_read_by_rule(inputs: dict) -> set[int]:
@@ -69,9 +46,9 @@ def test_stats_skip_rows_after_the_first_placeholder(device, mode):
     "config",
     [
         fast.Config(stats_block=256, stats_warps=2, resample_block=128, resample_warps=1),
-        fast.Config(stats_block=128, resample_block=512, wide_philox=False),
+        fast.Config(stats_block=128, resample_block=512, fast_log=False),
     ],
-    ids=["small-blocks", "narrow-stats-tl-rand"],
+    ids=["small-blocks", "narrow-stats"],
 )
 @pytest.mark.parametrize("mode,draft", [("greedy", "logits"), ("standard", "logits"), ("block", "logits"),
                                         ("block", "one-hot")])  # fmt: skip

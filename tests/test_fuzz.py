@@ -37,11 +37,14 @@ from hypothesis import HealthCheck, assume, event, given, note, settings
 from hypothesis import strategies as st
 
 from specsample import reference, rejection_sample
-from specsample.kernels import mrv2
+from specsample.kernels import fast, mrv2
+from specsample.kernels.fast import rejection_sample_fast
 from specsample.kernels.pre50939 import rejection_sample_pre50939
 from specsample.workloads import DRAFTS, MODES, PATTERNS, Workload, make_inputs
 
-MATCH_EXAMPLES = 50  # per mode
+# Per mode. The fuzzing campaign is CI's interpreter run; on a GPU every new shape compiles the
+# kernels (seconds each), so a GPU run draws fewer examples, enough to cover compiled code.
+MATCH_EXAMPLES = 50 if not torch.cuda.is_available() else 10
 INVALID_EXAMPLES = 300
 
 _COMMON = dict(deadline=None, derandomize=True, database=None, suppress_health_check=[HealthCheck.too_slow])
@@ -163,19 +166,23 @@ def _apply(inputs: dict, w: Workload, x: dict) -> dict:
 def test_kernel_matches_reference_on_random_batches(device, mode, data):
     """One test per mode, so that each gets its share of examples; everything else is drawn."""
     w, x = data.draw(cases(mode), label="case")
+    sampler = data.draw(st.sampled_from(sorted(SAMPLERS)), label="sampler")  # each example runs one
     note(w.name)
     event(f"draft={w.draft}, pattern={w.placeholder_pattern}, ragged={w.ragged}")
-    check_against_reference(_apply(make_inputs(w, device=device), w, x))
+    check_against_reference(_apply(make_inputs(w, device=device), w, x), SAMPLERS[sampler])
 
 
-def check_against_reference(inputs: dict) -> None:
-    """Run kernel and reference on a valid batch and check property 1."""
+SAMPLERS = {"mrv2": rejection_sample, "fast": rejection_sample_fast}
+
+
+def check_against_reference(inputs: dict, sample=rejection_sample) -> None:
+    """Run a Triton sampler (``sample``) and the reference on a valid batch; check property 1."""
     v = inputs["target_logits"].shape[1]
     if inputs["draft_logits"] is not None:
         v = min(v, inputs["draft_logits"].shape[2])
     num_reqs, k = inputs["idx_mapping"].shape[0], inputs["num_speculative_steps"]
 
-    sampled, num_sampled = rejection_sample(**inputs)
+    sampled, num_sampled = sample(**inputs)
     assert sampled.shape == (num_reqs, k + 1) and sampled.dtype == torch.int64
     assert num_sampled.shape == (num_reqs,) and num_sampled.dtype == torch.int32
     got = emitted(sampled, num_sampled)
@@ -198,7 +205,7 @@ def check_against_reference(inputs: dict) -> None:
 
 # ---- 2. invalid batches: ValueError naming the argument, before any launch -------------------------
 
-ENTRY_POINTS = {"post": rejection_sample, "pre50939": rejection_sample_pre50939}
+ENTRY_POINTS = {"post": rejection_sample, "fast": rejection_sample_fast, "pre50939": rejection_sample_pre50939}
 _ENTRIES = st.sampled_from(sorted(ENTRY_POINTS))
 
 
@@ -209,7 +216,7 @@ def _small_workloads() -> st.SearchStrategy[Workload]:
 
 def _assert_rejected(entry: str, inputs: dict, blame: set[str], contains: str | None = None) -> None:
     tripwire = LaunchTripwire()
-    with mock.patch.object(mrv2, "launch", tripwire):
+    with mock.patch.object(mrv2, "launch", tripwire), mock.patch.object(fast, "launch", tripwire):
         with pytest.raises(ValueError) as info:
             ENTRY_POINTS[entry](**inputs)
     message = str(info.value)

@@ -9,18 +9,19 @@ predicted and measured in ``notes/performance.md``:
    draft is tested against it); a greedy row ``j`` only if ``d_1..d_j`` are (at the first
    placeholder greedy writes the row's argmax). Rows after a request's first ``-1`` -- and, for
    non-greedy requests, the row at it, which is resampled from the plain target -- are never
-   read. ``mrv2`` (like upstream after PR #50939, spec 5.5) reads every row.
-2. **Cheaper Philox in the resample step.** The Gumbel noise of every vocab entry is word 0 of
-   Philox-4x32-10, as ``tl.rand``; :func:`_philox_uniform` computes the same bits with one
-   32x32->64 multiply per product instead of separate high and low multiplies, and drops the
-   terms that are zero because counter words 1-3 are zero. Bit-exact (tested against
-   ``tl.rand``).
-3. **Fast logarithms on the GPU** (``Config.fast_log``): the two logs of the Gumbel noise use
+   read. ``mrv2`` (like upstream after PR #50939, spec 5.5) reads every row. (mrv2's rejection
+   kernel, reused here, still reduces the unused LSE of a block-verification request's
+   placeholder row; with those stats skipped it reads stale, in-bounds partials and the resample
+   step ignores the value, sampling the plain target there.)
+2. **Fast logarithms on the GPU** (``Config.fast_log``): the two logs of the Gumbel noise use
    the hardware ``lg2.approx`` (relative error ~2**-22) instead of libdevice's ``logf``. This
    moves noise values by a few ulp, so a token can differ from the reference only where two
    candidates tie to within that; the tests bound such flips as they do for ``mrv2``. Off under
    the interpreter.
-4. **Block sizes per kernel** (``Config``), chosen by measurement on the H200.
+3. **Block sizes per kernel** (``Config``), chosen by measurement on the H200
+   (``scripts/tune_fast.py``). A Philox with one 32x32->64 multiply per product instead of
+   separate high and low multiplies was tried and measured slower (notes), so the noise is
+   ``tl.rand``, as in mrv2.
 
 Cumulative log p, residual mass, rejection and insert are ``mrv2``'s kernels, unchanged: the
 partial statistics they read are laid out the same way ([N, nb] per stats block).
@@ -40,25 +41,16 @@ from triton.language.extra import libdevice
 from . import mrv2
 from .mrv2 import MIN_UNIFORM, _log1m
 
-# Philox-4x32-10 constants (Salmon et al. 2011; as triton.language.random).
-_PHILOX_ROUND_A = tl.constexpr(0xD2511F53)
-_PHILOX_ROUND_B = tl.constexpr(0xCD9E8D57)
-_PHILOX_KEY_A = tl.constexpr(0x9E3779B9)
-_PHILOX_KEY_B = tl.constexpr(0xBB67AE85)
-# tl.rand's int -> float scale: fp32(4.6566127342e-10) (see mrv2.MIN_UNIFORM).
-_RAND_SCALE = tl.constexpr(4.6566127342e-10)
-_LN2 = tl.constexpr(0.6931471805599453)
-
-
 @dataclass(frozen=True)
 class Config:
-    """Tunables of the fast pipeline. The defaults are the H200 measurements' best."""
+    """Tunables of the fast pipeline. Defaults from ``scripts/tune_fast.py`` on the H200
+    (notes/performance.md): 2048-wide stats blocks were 5-7% faster still for sampling rows,
+    but slower than mrv2 for greedy rows; 4096 is never slower than mrv2."""
 
-    stats_block: int = 8192  # vocab entries per stats / residual-mass program
-    stats_warps: int = 8
-    resample_block: int = 1024  # vocab entries per resample program
+    stats_block: int = 4096  # vocab entries per stats / residual-mass program
+    stats_warps: int = 4
+    resample_block: int = 2048  # vocab entries per resample program
     resample_warps: int = 4
-    wide_philox: bool = True  # Philox with 32x32->64 multiplies (bit-exact)
     fast_log: bool = True  # hardware lg2.approx for the Gumbel noise (GPU only)
 
     def __post_init__(self) -> None:
@@ -84,53 +76,9 @@ def _interpreted() -> bool:
 
 
 @triton.jit
-def _mul_wide(a, b: tl.constexpr):
-    # (hi, lo) of the 64-bit product of uint32 a and the constant b: one wide multiply.
-    p = a.to(tl.uint64) * b
-    return (p >> 32).to(tl.uint32), p.to(tl.uint32)
-
-
-@triton.jit
-def _philox_uniform(seed, offset):
-    """``tl.rand(seed, offset)`` for a uint32 ``seed`` and int32 ``offset`` block, bit for bit.
-
-    Philox-4x32-10 with counter ``(offset, 0, 0, 0)`` and key ``(seed, 0)`` (a uint32 seed
-    zero-extends, so the high key word is 0); only output word 0 is used."""
-    k0 = (tl.zeros((), dtype=tl.uint32) + seed).to(tl.uint32)  # also takes a constexpr seed
-    k1 = tl.zeros((), dtype=tl.uint32)
-    c0 = offset.to(tl.uint32)
-    # Round 1 with c1 = c2 = c3 = 0: c0' = k0, c1' = 0, c2' = hi(A*c0) ^ k1, c3' = lo(A*c0).
-    hi_a, lo_a = _mul_wide(c0, _PHILOX_ROUND_A)
-    c2 = hi_a ^ k1
-    c3 = lo_a
-    c0 = c0 * 0 + k0
-    c1 = c0 * 0
-    k0 = tl.add(k0, _PHILOX_KEY_A, sanitize_overflow=False)
-    k1 = tl.add(k1, _PHILOX_KEY_B, sanitize_overflow=False)
-    for _ in tl.static_range(8):  # rounds 2..9
-        hi_b, lo_b = _mul_wide(c2, _PHILOX_ROUND_B)
-        hi_a, lo_a = _mul_wide(c0, _PHILOX_ROUND_A)
-        c0 = hi_b ^ c1 ^ k0
-        c2 = hi_a ^ c3 ^ k1
-        c1 = lo_b
-        c3 = lo_a
-        k0 = tl.add(k0, _PHILOX_KEY_A, sanitize_overflow=False)
-        k1 = tl.add(k1, _PHILOX_KEY_B, sanitize_overflow=False)
-    # Round 10: only word 0 is returned.
-    hi_b, _ = _mul_wide(c2, _PHILOX_ROUND_B)
-    word = (hi_b ^ c1 ^ k0).to(tl.int32, bitcast=True)
-    word = tl.where(word < 0, -word - 1, word)
-    return word.to(tl.float32) * _RAND_SCALE
-
-
-@triton.jit
-def _gumbel_noise(seed, offset, WIDE_PHILOX: tl.constexpr, FAST_LOG: tl.constexpr):
+def _gumbel_noise(seed, offset, FAST_LOG: tl.constexpr):
     # The flipped Gumbel noise of mrv2's resample: -log(-log1p(-u)), u = max(rand, MIN_UNIFORM).
-    if WIDE_PHILOX:
-        u = _philox_uniform(seed, offset)
-    else:
-        u = tl.rand(seed, offset)
-    u = tl.maximum(u, MIN_UNIFORM)
+    u = tl.maximum(tl.rand(seed, offset), MIN_UNIFORM)
     if FAST_LOG:
         # log(1 - u) with the same series near 0 as mrv2._log1m; lg2.approx elsewhere.
         one_minus = tl.where(u < 1e-3, -u * (1.0 + u * (0.5 + u * (1.0 / 3.0))), libdevice.fast_logf(1.0 - u))
@@ -220,7 +168,7 @@ def _stats_kernel(
 
 
 # ---------------------------------------------------------------------------------------------
-# Kernel 5: resample, with the cheaper noise
+# Kernel 5: resample, with the fast logs
 # ---------------------------------------------------------------------------------------------
 
 
@@ -255,7 +203,6 @@ def _resample_kernel(
     vocab_size,
     HAS_DRAFT_LOGITS: tl.constexpr,
     USE_BLOCK_VERIFICATION: tl.constexpr,
-    WIDE_PHILOX: tl.constexpr,
     FAST_LOG: tl.constexpr,
     BLOCK_V: tl.constexpr,
 ):
@@ -297,7 +244,7 @@ def _resample_kernel(
     # ---- Gumbel-max (target logits already carry temperature)
     if temperature != 0.0:
         gseed = tl.randint(tl.load(seed_ptr + slot), tl.load(pos_ptr + row).to(tl.int32))
-        rho = rho + _gumbel_noise(gseed, offs.to(tl.int32), WIDE_PHILOX, FAST_LOG)
+        rho = rho + _gumbel_noise(gseed, offs.to(tl.int32), FAST_LOG)
     rho = tl.where(mask, rho, float("-inf"))
     best = tl.argmax(rho, 0, tie_break_left=True)
     best_val = tl.max(rho, 0)
@@ -377,7 +324,7 @@ class Pipeline(mrv2.Pipeline):
             NUM_BLOCKS_P2=self.num_blocks_p2, num_warps=self.config.stats_warps,
         )  # fmt: skip
 
-    # ---- 5. resample with the cheaper noise
+    # ---- 5. resample with the fast logs
     def _resample(self) -> None:
         if self.use_fp64:
             return super()._resample()
@@ -391,7 +338,7 @@ class Pipeline(mrv2.Pipeline):
             self.temperature, self.seed,
             self.vocab_size,
             HAS_DRAFT_LOGITS=self.has_draft_logits, USE_BLOCK_VERIFICATION=self.use_block_verification,
-            WIDE_PHILOX=c.wide_philox, FAST_LOG=self.fast_log,
+            FAST_LOG=self.fast_log,
             BLOCK_V=c.resample_block, num_warps=c.resample_warps,
         )  # fmt: skip
 
