@@ -6,12 +6,14 @@ set -u
 status=0
 for variant in mrv2 fast mrv2-pre50939 torch-eager; do
   log=$(mktemp)
-  compute-sanitizer --tool memcheck --error-exitcode 1 python3 scripts/memcheck_cases.py "$variant" >"$log" 2>&1
+  timeout "${MEMCHECK_TIMEOUT:-120}" compute-sanitizer --tool memcheck --error-exitcode 1 \
+    python3 scripts/memcheck_cases.py "$variant" >"$log" 2>&1
   rc=$?
   errors=$(grep -Eo 'ERROR SUMMARY: [0-9]+' "$log" | tail -1)
   echo "$variant: rc=$rc ${errors:-no summary} $(grep 'calls on' "$log")"
   [ $rc -eq 0 ] || { status=1; grep -m 20 -E 'Invalid|ERROR|Error' "$log"; }
 done
-compute-sanitizer --tool memcheck --error-exitcode 1 python3 -m pytest -q -x tests/test_sampler.py \
-  -k "nan or placeholder or truncat" 2>&1 | grep -E 'ERROR SUMMARY|passed|failed' || status=1
+timeout "${MEMCHECK_TESTS_TIMEOUT:-300}" compute-sanitizer --tool memcheck --error-exitcode 1 \
+  python3 -m pytest -q -x -p no:cacheprovider tests/test_sampler.py -k "nan or placeholder or truncat" 2>&1 \
+  | grep -E 'ERROR SUMMARY|passed|failed' || status=1
 exit $status
