@@ -100,15 +100,15 @@ def rejection_sample(
 
 
 def checked_launch(
-    arguments: dict, *, placeholder_fix: bool = True, launch: Callable[..., tuple] = mrv2.launch
+    arguments: dict, *, placeholder_fix: bool = True, launch: Callable[..., tuple] | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Validate ``arguments`` (those of :func:`rejection_sample`; skipped when ``validate`` is
-    False) and run ``launch`` (a pipeline's ``launch``); ``placeholder_fix=False`` is the
-    pre-#50939 replica."""
+    False) and run ``launch`` (a pipeline's ``launch``; default ``mrv2.launch``, looked up at
+    call time); ``placeholder_fix=False`` is the pre-#50939 replica."""
     args = dict(arguments)
     if args.pop("validate", True):
         check_inputs(**args)
-    return launch(**args, placeholder_fix=placeholder_fix)
+    return (launch or mrv2.launch)(**args, placeholder_fix=placeholder_fix)
 
 
 def bind_arguments(args: tuple, kwargs: dict) -> dict:

@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from specsample.asv_runs import run_tier
 from specsample.grid import sweeps
@@ -24,9 +25,14 @@ REPO = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="asv needs git")
 
 
+# The interpreter only where there is no GPU (conftest sets it then); on a GPU box the smoke
+# tier runs the compiled kernels.
+INTERPRET = os.environ.get("TRITON_INTERPRET", "0" if torch.cuda.is_available() else "1")
+
+
 def _env() -> dict:
     path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
-    return dict(os.environ, ASV_PYTHONPATH=path, PYTHONPATH=path, TRITON_INTERPRET=os.environ.get("TRITON_INTERPRET", "1"))
+    return dict(os.environ, ASV_PYTHONPATH=path, PYTHONPATH=path, TRITON_INTERPRET=INTERPRET)
 
 
 def test_asv_check_passes():
@@ -43,7 +49,7 @@ def test_asv_check_passes():
 def test_smoke_tier_runs_and_loads(tmp_path, monkeypatch):
     """``specsample bench --tier smoke`` machinery: asv run in the existing environment, staged
     results promoted into a results dir, GPU info written, and the loader reads them back."""
-    monkeypatch.setenv("TRITON_INTERPRET", os.environ.get("TRITON_INTERPRET", "1"))
+    monkeypatch.setenv("TRITON_INTERPRET", INTERPRET)
     commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True,
                             check=True).stdout.strip()  # fmt: skip
     results = tmp_path / "results"

@@ -18,7 +18,8 @@ import torch
 from conftest import LaunchTripwire
 
 from specsample import rejection_sample
-from specsample.kernels import mrv2
+from specsample.kernels import fast, mrv2
+from specsample.kernels.fast import rejection_sample_fast
 from specsample.kernels.pre50939 import rejection_sample_pre50939
 from specsample.validation import check_inputs
 from specsample.workloads import Workload, make_inputs
@@ -28,6 +29,7 @@ N = R * (K + 1)  # no ragged requests in the base workload
 
 ENTRY_POINTS = [
     pytest.param(rejection_sample, id="post"),
+    pytest.param(rejection_sample_fast, id="fast"),
     pytest.param(rejection_sample_pre50939, id="pre50939"),
 ]
 
@@ -46,6 +48,7 @@ def _dev(inp: dict) -> torch.device:
 def launch(monkeypatch) -> LaunchTripwire:
     tripwire = LaunchTripwire()
     monkeypatch.setattr(mrv2, "launch", tripwire)
+    monkeypatch.setattr(fast, "launch", tripwire)
     return tripwire
 
 
@@ -313,5 +316,6 @@ def test_validate_false_skips_checks(device, launch):
     inp = _inputs(device)
     inp["temperature"][0] = -1.0
     rejection_sample(**inp, validate=False)
+    rejection_sample_fast(**inp, validate=False)
     rejection_sample_pre50939(**inp, validate=False)
-    assert launch.calls == 2
+    assert launch.calls == 3
