@@ -256,7 +256,7 @@ def _residual_mass_kernel(
     PLACEHOLDER_FIX: tl.constexpr,
     BLOCK_V: tl.constexpr,
     NUM_BLOCKS_P2: tl.constexpr,
-    # TEST-ONLY planted slowdown (specsample.kernels.planted): [nb] scratch, loop iterations
+    # TEST-ONLY planted slowdown (specsample.kernels.planted): [N, nb] scratch, loop iterations
     ballast_ptr=None,
     BALLAST_ITERS: tl.constexpr = 0,
 ):
@@ -268,7 +268,7 @@ def _residual_mass_kernel(
         acc = (block * BLOCK_V + tl.arange(0, BLOCK_V)).to(tl.float32) + row.to(tl.float32)
         for _ in range(BALLAST_ITERS):
             acc = acc * 0.5 + 1.0
-        tl.store(ballast_ptr + block, tl.sum(acc, 0))
+        tl.store(ballast_ptr + row * local_stride + block, tl.sum(acc, 0))
     local_pos = tl.load(expanded_local_pos_ptr + row)
     if (local_pos == 0) | (local_pos >= num_speculative_steps):
         return  # row 0's residual is never needed; bonus rows are excluded
@@ -686,7 +686,7 @@ class Pipeline:
         self.local_residual_mass = torch.empty(n, nb, **f32) if residual_needed else self.target_local_max
         # TEST-ONLY planted slowdown, read now (not at import) so the validation can set it.
         self.ballast_iters = planted.BALLAST_ITERS if residual_needed else 0
-        self.ballast = torch.empty(nb, **f32) if self.ballast_iters > 0 else None
+        self.ballast = torch.empty(n, nb, **f32) if self.ballast_iters > 0 else None
         self.rates = synthetic_conditional_rates if self.synthetic else temperature
         self.target_rejected_lse = torch.empty(r, **f32)
         self.draft_rejected_lse = torch.empty(r, **f32)

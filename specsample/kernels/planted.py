@@ -3,8 +3,8 @@
 ``BALLAST_ITERS > 0`` adds extra arithmetic to the residual-mass kernel of the mrv2 pipeline
 (:func:`specsample.kernels.mrv2._residual_mass_kernel`): every program runs a dependent fp32
 loop (``acc = acc * 0.5 + 1``) of that many iterations over a block-sized vector, before the
-kernel's early exits, and stores the sum into a small scratch buffer so the compiler keeps it.
-The kernel is launched only for block verification with draft logits, so only those points of
+kernel's early exits (so all-placeholder rows pay it too), and stores the sum, one float per
+program, to a scratch buffer so the compiler keeps it. The kernel is launched only for block verification with draft logits, so only those points of
 the variants built on :class:`specsample.kernels.mrv2.Pipeline` (:data:`VARIANTS`) get slower;
 greedy, standard and one-hot points are the controls. The sampler's outputs are bit-identical
 with the knob on or off. At 0 (the committed value) the loop is compiled out: the kernel is the
