@@ -110,6 +110,7 @@ TIME = (("unit", "seconds"),)
 TIME_SAMPLE = (*TIME, ("metric", "time_sample"))
 NEWEST = "mrv2"  # the variant speedups are measured for
 BASELINES = ("torch-eager", "flashinfer", "mrv2-pre50939")
+FASTEST = "fast"  # the faster design, shown against mrv2 (issue 7)
 
 # The latency drop upstream PR 50939 reported for mrv2 over its predecessor; drawn as a band so
 # the measured change can be read against it.
@@ -180,6 +181,15 @@ FIGURES: tuple[FigureSpec, ...] = (
         for base in BASELINES
         for x, rows in (("num_reqs", "vocab_size"), ("K", "phi"))
     ),
+    *(
+        FigureSpec(
+            name=f"speedup-{FASTEST}-over-{NEWEST}-{x}-{rows}",
+            title=f"Speedup of {FASTEST} over {NEWEST} by {x} × {rows}",
+            kind="heatmap", x=x, y="speedup", unit="×", quantity="speedup", line=rows,
+            filter=TIME_SAMPLE, compare=(NEWEST, FASTEST), split="benchmark", section="speedup",
+        )
+        for x, rows in (("num_reqs", "vocab_size"), ("K", "phi"))
+    ),
     FigureSpec(
         name="bandwidth", title="Achieved bandwidth fraction (median over other params)",
         kind="line", x="num_reqs", y="value", unit="fraction of copy bandwidth",
@@ -238,12 +248,12 @@ AXIS_LABELS: tuple[tuple[str, str], ...] = (
 CATEGORY_ORDER: tuple[tuple[str, tuple], ...] = (
     ("mode", ("greedy", "standard", "block")),
     ("stage", STAGES),
-    ("variant", ("mrv2", "mrv2-pre50939", "torch-eager", "flashinfer", "flashinfer-kernel")),
+    ("variant", ("mrv2", "fast", "mrv2-pre50939", "torch-eager", "flashinfer", "flashinfer-kernel")),
 )
 
 VARIANT_COLORS: tuple[tuple[str, str], ...] = (
     ("mrv2", "C0"), ("mrv2-pre50939", "C1"), ("torch-eager", "C2"), ("flashinfer", "C3"),
-    ("flashinfer-kernel", "C4"),
+    ("flashinfer-kernel", "C4"), ("fast", "C5"),
 )
 # Line style per variant: mrv2-pre50939 is dashed with hollow squares and drawn above mrv2, so
 # it stays visible where the two are equal.
