@@ -3,33 +3,45 @@
 Every benchmark class is generated from a :class:`specsample.grid.Sweep` (one place declares
 the grid) by combining a metric mixin with the sweep's ``params``:
 
-* :class:`Latency` -- ``time_sample``: one end-to-end sampler call on the GPU timeline (CUDA
-  graph replay, cold L2), measured *in the benchmark process* and reported through asv's timer
-  hook (:class:`specsample.timing.GpuClock`), so asv keeps its samples and confidence interval.
+* :class:`Latency` -- ``time_sample``: per-call seconds of one end-to-end sampler call on the
+  GPU timeline (CUDA graph replay, cold L2). The point is not measured in its own asv process:
+  its real samples, taken in the sweep's one shared measurement (below), are replayed to asv
+  through its timer hook (:class:`specsample.timing.GpuClock`), one stored sample per call of
+  the body, so asv's samples, median and confidence interval are those GPU-timeline samples.
 * :class:`Derived` -- ``track_*``: latency, achieved-bandwidth fraction and the ratio to
-  ``mrv2``. The whole sweep is measured once per class and run, in one CUDA context, with the
-  variants of each point interleaved (so ratios are immune to clock drift); every other
-  ``track_*`` process only reads those numbers (:func:`shared_measurement`).
+  ``mrv2``, read from the same shared measurement.
 * :class:`Stages` -- ``track_stage_us``: each kernel of the pipeline timed on its own.
 * :class:`SmokeLatency` -- the CPU smoke tier: host wall time of one call under the Triton
   interpreter, to prove the suite imports and runs end to end on a machine without a GPU.
 
-Cost model (why the split), measured on the H200: asv starts one process per parameter
-combination; a ``time_sample`` point costs about 2-2.6 s (CUDA context, Triton cache load,
-workload build, graph capture, samples), a ``track_*`` point that reads a shared measurement
-about 0.02 s. So the tiers keep ``Latency`` classes to the points whose history matters most
-and measure the wide sweeps through ``Derived``.
+What is measured where, and why. asv starts one process per parameter combination. Measuring a
+point in its own process costs about 2-2.6 s on the H200 (CUDA context, Triton cache load,
+workload build, graph capture, samples: the old ``Latency`` design), and puts the variants of a
+point in different processes minutes apart, so GPU clock drift skews their ratio (a false
++5.7% seen between two variants whose interleaved ratio is 0.998). So each sweep is measured
+*once per asv run*, in one process and one CUDA context, with all variants of each point
+interleaved (:func:`measure_sweep`, :func:`specsample.measure.measure_variants`): the first
+process of the sweep's ``Latency`` or ``Derived`` class to take the lock measures, and every
+other process of either class only reads the stored result (:func:`shared_measurement`, keyed
+by the sweep, so the two classes of one sweep share one measurement; two asv invocations, e.g.
+one selecting a sweep's ``Latency`` class and a later one its ``Derived`` class, measure it
+twice). A ``track_*`` point that reads it costs about 0.02 s on the H200; a replayed
+``time_sample`` point does no GPU work either, but its cost is not yet measured on the H200.
+The stored result keeps, per point, the raw per-call samples in the order they were taken,
+their median, the bytes the algorithm must move and how the samples were taken (method, L2
+mode, calls per sample, input copies).
 
 Why not asv's ``setup_cache``: asv keys that cache by the defining function's module and line,
 so every generated class inheriting one ``setup_cache`` would share one cache (seen: the second
-class's points all came back skipped). :func:`shared_measurement` keys by class name instead,
-in a scratch directory private to one asv run.
+class's points all came back skipped). :func:`shared_measurement` keys by sweep instead, in a
+scratch directory private to one asv run.
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import os
 import pickle
 import tempfile
@@ -41,7 +53,7 @@ from asv_runner.benchmarks.mark import SkipNotImplemented
 
 from specsample import timing, variants
 from specsample.grid import Sweep, workload_of
-from specsample.measure import input_copies, measure_stages, measure_variants, sampler_for
+from specsample.measure import measure_stages, measure_variants
 
 GPU_CLOCK = timing.GpuClock()
 NIGHTLY_TIMING = timing.TimingConfig(l2="cold", calls_per_sample=10, num_samples=20)
@@ -60,17 +72,30 @@ def _group_key(point: dict, drop: tuple[str, ...]) -> tuple:
     return tuple((k, v) for k, v in point.items() if k not in drop)
 
 
+def _process_start(pid: int) -> str:
+    """When ``pid`` started (clock ticks since boot; Linux), so a reused pid names a new run."""
+    with contextlib.suppress(OSError, IndexError):
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    return "0"
+
+
 def _run_scratch() -> Path:
     """A directory private to this asv run: SPECSAMPLE_RUN_ID (set by ``specsample bench``),
-    else the pid of asv's forkserver, the common parent of this run's benchmark processes."""
-    run_id = os.environ.get("SPECSAMPLE_RUN_ID") or f"forkserver-{os.getppid()}"
+    else the pid and start time of asv's forkserver, the common parent of this run's benchmark
+    processes (the start time keeps a later run whose forkserver reuses the pid from reading
+    this run's measurements)."""
+    ppid = os.getppid()
+    run_id = os.environ.get("SPECSAMPLE_RUN_ID") or f"forkserver-{ppid}-{_process_start(ppid)}"
     path = Path(tempfile.gettempdir()) / f"specsample-run-{run_id}"
     path.mkdir(parents=True, exist_ok=True)
     return path
 
 
 def shared_measurement(key: str, measure: Callable[[], object]) -> object:
-    """``measure()`` once per ``key`` and asv run; later callers (other processes) read it."""
+    """``measure()`` once per ``key`` and asv run; later callers (other processes) read it.
+
+    If ``measure()`` raises (e.g. NotImplementedError without a GPU), nothing is stored and the
+    exception propagates, so a caller's ``setup`` turns it into an asv skip."""
     path = _run_scratch() / f"{key}.pkl"
     with open(path.with_suffix(".lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
@@ -83,53 +108,120 @@ def shared_measurement(key: str, measure: Callable[[], object]) -> object:
         return value
 
 
+def point_record(t: timing.Timing) -> dict:
+    """What the shared measurement keeps of one point: the raw per-call samples in the order
+    they were taken, their median, the bytes the algorithm must move, and how they were taken."""
+    return {
+        "samples": list(t.samples),
+        "median": t.median,
+        "bytes": t.extra["bytes_required"],
+        "method": t.method,  # "cuda-graph" or "events"
+        "l2": t.l2,
+        "calls_per_sample": t.calls_per_sample,
+        "input_copies": t.input_copies,
+        "capture_error": t.extra.get("capture_error"),
+    }
+
+
+def measure_sweep(sweep: Sweep) -> dict:
+    """Every point of ``sweep``, all variants of a point interleaved in this one process.
+
+    ``{"copy_bandwidth": bytes/s, "points": {params tuple: point_record(...)}}``; a point whose
+    variant cannot run its workload is absent."""
+    _needs_cuda()
+    out = {"copy_bandwidth": timing.copy_bandwidth(), "points": {}}
+    names = sweep.param_names
+    groups: dict[tuple, list[str]] = {}
+    for point in sweep.points():
+        groups.setdefault(_group_key(point, ("variant",)), []).append(point["variant"])
+    for key, variant_names in groups.items():
+        w = workload_of(dict(key, variant=variant_names[0]))
+        for name, t in measure_variants(variant_names, w, NIGHTLY_TIMING).items():
+            if isinstance(t, timing.Timing):
+                out["points"][tuple(dict(key, variant=name)[n] for n in names)] = point_record(t)
+    return out
+
+
+def sweep_measurement(sweep: Sweep) -> dict:
+    """The sweep's one measurement in this asv run, shared by its Latency and Derived classes."""
+    return shared_measurement(sweep.class_name, lambda: measure_sweep(sweep))
+
+
+class Replay:
+    """Hands out one point's stored samples once each, in the order they were measured."""
+
+    def __init__(self, samples: list[float]) -> None:
+        self.samples = list(samples)
+        self.taken = 0
+
+    def next(self) -> float:
+        if self.taken >= len(self.samples):
+            raise RuntimeError(
+                f"asv asked for sample {self.taken + 1} of a point measured {len(self.samples)} "
+                "times; refusing to repeat samples (were number, repeat or warmup_time "
+                "overridden with -a?)"
+            )
+        self.taken += 1
+        return self.samples[self.taken - 1]
+
+
+def _claim_replay(key: str, params: tuple) -> None:
+    """Fail if this asv run already replayed this point: asv ``rounds`` > 1 (each round is a
+    new process) would otherwise hand asv the same samples again as if they were new ones."""
+    claims = _run_scratch() / f"{key}.replayed"
+    claims.mkdir(exist_ok=True)
+    name = hashlib.sha256(repr(tuple(params)).encode()).hexdigest()[:24]
+    try:
+        (claims / name).open("x").close()
+    except FileExistsError:
+        raise RuntimeError(
+            f"{key} {params}: already replayed in this asv run (rounds > 1?); its stored samples "
+            "would be counted twice"
+        ) from None
+
+
 class Latency:
-    """``time_sample``: seconds per call on the GPU timeline (cold L2, CUDA graph replay)."""
+    """``time_sample``: seconds per call on the GPU timeline (cold L2, CUDA graph replay),
+    the sweep's stored samples for this point replayed to asv one per call."""
 
     timer = GPU_CLOCK
-    number = 1  # one graph replay (calls_per_sample calls) per asv sample
-    repeat = (10, 20, 2.0)  # 10 to 20 samples, at most 2 s
-    warmup_time = 0.0  # setup already ran, compiled and replayed the graph
+    # asv_runner's TimeBenchmark with these: no calibration (number != 0), no warm-up
+    # (warmup_time == 0), and exactly ``repeat`` timed calls of the body, one per sample
+    # (min_repeat == max_repeat == repeat); one process per point (rounds == 1).
+    number = 1
+    repeat = NIGHTLY_TIMING.num_samples  # set per point in setup: the number of stored samples
+    warmup_time = 0.0
     rounds = 1
-    timeout = 300
+    timeout = 900  # the first point of a sweep (Latency or Derived) measures the whole sweep
 
     def setup(self, *params):
-        _needs_cuda()
-        point = _point(self.param_names, params)
-        w = workload_of(point)
-        v = variants.get(point["variant"])
-        v.check(w)  # NotSupported is a NotImplementedError: asv records a skip
-        self.sampler = sampler_for(v, w, input_copies(w, NIGHTLY_TIMING.l2), NIGHTLY_TIMING)
+        # asv re-runs setup before every sample (redo_setup) and then reads the timer: from
+        # zero, the clock's difference over one call is the stored sample exactly.
+        GPU_CLOCK.now = 0.0
+        if getattr(self, "replay_of", None) == params:
+            return  # the same point: keep the replay position
+        point = sweep_measurement(self.sweep)["points"].get(tuple(params))
+        if point is None:
+            raise NotImplementedError("variant does not support this point")
+        _claim_replay(self.sweep.class_name, params)
+        self.point = point
+        self.replay = Replay(point["samples"])
+        self.repeat = len(point["samples"])  # asv re-reads repeat after setup
+        self.replay_of = params
 
     def time_sample(self, *params):
-        GPU_CLOCK.advance(self.sampler.sample())
+        GPU_CLOCK.advance(self.replay.next())
 
 
 class Derived:
     """Numbers derived from one interleaved measurement of every variant at each point."""
 
-    timeout = 900  # the first point of a class measures the whole sweep
+    timeout = 900  # the first point of a sweep (Latency or Derived) measures the whole sweep
 
     def setup(self, *params):
-        _needs_cuda()
-        self.cache = shared_measurement(type(self).__name__, self.measure_sweep)
+        self.cache = sweep_measurement(self.sweep)
         if tuple(params) not in self.cache["points"]:
             raise NotImplementedError("variant does not support this point")
-
-    def measure_sweep(self) -> dict:
-        copy_bw = timing.copy_bandwidth()
-        out = {"copy_bandwidth": copy_bw, "points": {}}
-        names = self.param_names
-        groups: dict[tuple, list[str]] = {}
-        for point in self.sweep.points():
-            groups.setdefault(_group_key(point, ("variant",)), []).append(point["variant"])
-        for key, variant_names in groups.items():
-            w = workload_of(dict(key, variant=variant_names[0]))
-            for name, t in measure_variants(variant_names, w, NIGHTLY_TIMING).items():
-                point_key = tuple(dict(key, variant=name)[n] for n in names)
-                if isinstance(t, timing.Timing):
-                    out["points"][point_key] = {"median": t.median, "bytes": t.extra["bytes_required"]}
-        return out
 
     def track_latency_us(self, *params):
         return self.cache["points"][tuple(params)]["median"] * 1e6

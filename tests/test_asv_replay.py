@@ -1,0 +1,229 @@
+"""asv ``time_sample`` replays the sweep's one shared measurement (benchmarks/common.py).
+
+No GPU here: the sweep measurement is faked (``measure_sweep`` patched, or the run's scratch
+pickle written by hand) and everything after it is asv's real machinery -- asv_runner's
+benchmark-process entry point ``asv_runner.run._run`` in process, and a real ``asv run`` in a
+subprocess -- so the tests show what asv records: exactly the stored per-call samples.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import pickle
+import random
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+from asv_runner.run import _run
+from asv_runner.statistics import compute_stats
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from benchmarks import common  # noqa: E402
+from specsample.grid import sweeps, workload_of  # noqa: E402
+from specsample.timing import Timing  # noqa: E402
+
+SWEEP = next(s for s in sweeps("nightly") if s.name == "Placeholders")  # a small sweep with Latency
+LATENCY = f"bench_sampler.{SWEEP.class_name}Latency.time_sample"
+DERIVED = f"bench_sampler.{SWEEP.class_name}Derived.track_latency_us"
+QUICK = {"number": 1, "repeat": 1, "warmup_time": 0, "rounds": 1}  # what asv run --quick passes
+
+
+def fake_measurement(sweep, seed: int = 0) -> dict:
+    """A stored sweep measurement as measure_sweep builds it: distinct, unsorted samples per
+    point; the pre-#50939 replica on greedy mode left out (as an unsupported point would be);
+    the greedy points timed eagerly with 5 samples (as an uncapturable variant would be)."""
+    rng = random.Random(seed)
+    points = {}
+    for p in sweep.points():
+        if p["mode"] == "greedy" and p["variant"] == "mrv2-pre50939":
+            continue
+        n = 5 if p["mode"] == "greedy" else 20
+        samples = [1e-5 * (1 + rng.random()) for _ in range(n)]
+        t = Timing(samples, "events" if n == 5 else "cuda-graph", "cold", 1 if n == 5 else 10, 1 if n == 5 else 4,
+                   {"bytes_required": 1_000_000})  # fmt: skip
+        points[tuple(p[k] for k in sweep.param_names)] = common.point_record(t)
+    return {"copy_bandwidth": 4e12, "points": points}
+
+
+@pytest.fixture
+def run_scratch(tmp_path, monkeypatch):
+    """A fresh per-run scratch directory (as a new asv run gets), under tmp_path."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setenv("SPECSAMPLE_RUN_ID", "test-run")
+    return tmp_path / "specsample-run-test-run"
+
+
+@pytest.fixture
+def fake_sweeps(monkeypatch, run_scratch):
+    """Patch measure_sweep with a fake; returns the stored measurement and the call log."""
+    calls: list[str] = []
+    stored = fake_measurement(SWEEP)
+
+    def measure(sweep):
+        calls.append(sweep.class_name)
+        return stored
+
+    monkeypatch.setattr(common, "measure_sweep", measure)
+    return stored, calls
+
+
+def asv_process(tmp_path: Path, name: str, idx: int, extra: dict | None = None):
+    """What one asv benchmark process does for one parameter combination; its result."""
+    out = tmp_path / f"result-{name}-{idx}.json"
+    _run((str(REPO / "benchmarks"), f"{name}-{idx}", json.dumps(extra or {}), "None", str(out)))
+    return json.loads(out.read_text())
+
+
+def test_asv_records_exactly_the_stored_samples(tmp_path, fake_sweeps):
+    stored, calls = fake_sweeps
+    for idx, p in enumerate(SWEEP.points()):
+        key = tuple(p[k] for k in SWEEP.param_names)
+        result = asv_process(tmp_path, LATENCY, idx)
+        if key not in stored["points"]:
+            assert isinstance(result, float) and math.isnan(result)  # asv's skip
+            continue
+        samples = stored["points"][key]["samples"]
+        assert result == {"samples": samples, "number": 1}  # bit for bit, in measured order
+        value, stats = compute_stats(result["samples"], result["number"])  # what asv stores
+        assert value == pytest.approx(statistics.median(samples), rel=1e-12)
+        assert stats["repeat"] == len(samples) and stats["ci_99_a"] <= value <= stats["ci_99_b"]
+    assert calls == [SWEEP.class_name]  # one measurement for the whole sweep
+
+
+def test_latency_and_derived_of_a_sweep_share_one_measurement(tmp_path, fake_sweeps):
+    stored, calls = fake_sweeps
+    for idx, p in enumerate(SWEEP.points()):
+        key = tuple(p[k] for k in SWEEP.param_names)
+        derived = asv_process(tmp_path, DERIVED, idx)
+        latency = asv_process(tmp_path, LATENCY, idx)
+        if key in stored["points"]:
+            assert derived == pytest.approx(stored["points"][key]["median"] * 1e6)
+            assert latency["samples"] == stored["points"][key]["samples"]
+        else:
+            assert math.isnan(derived) and math.isnan(latency)
+    assert calls == [SWEEP.class_name]
+    assert pickle.loads((common._run_scratch() / f"{SWEEP.class_name}.pkl").read_bytes()) == stored
+
+
+@pytest.mark.parametrize("override, taken", [(QUICK, 1), ({"number": 0}, 20)], ids=["quick", "auto-number"])
+def test_asv_overrides_that_take_no_more_samples_replay_a_prefix(tmp_path, fake_sweeps, override, taken):
+    """``--quick`` takes the first sample. ``number=0`` would calibrate, but asv_runner resolves
+    it to 1 when the benchmark has a setup hook (``if isolate and number == 0: number = 1``)."""
+    stored, _ = fake_sweeps
+    idx = next(i for i, p in enumerate(SWEEP.points()) if p["mode"] == "block")
+    key = tuple(SWEEP.points()[idx][k] for k in SWEEP.param_names)
+    assert asv_process(tmp_path, LATENCY, idx, override)["samples"] == stored["points"][key]["samples"][:taken]
+
+
+@pytest.mark.parametrize("override", [{"repeat": 21}, {"warmup_time": 0.2}, {"number": 2}],
+                         ids=["more-samples", "warm-up", "batched"])  # fmt: skip
+def test_asv_asking_for_more_calls_than_samples_fails_loudly(tmp_path, fake_sweeps, override):
+    idx = next(i for i, p in enumerate(SWEEP.points()) if p["mode"] == "block")  # 20 samples
+    with pytest.raises(RuntimeError, match="refusing to repeat samples"):
+        asv_process(tmp_path, LATENCY, idx, override)
+
+
+def test_a_second_replay_of_a_point_in_one_run_fails(tmp_path, fake_sweeps):
+    """asv rounds > 1 runs a point again in a new process of the same run: refused."""
+    idx = next(i for i, p in enumerate(SWEEP.points()) if p["mode"] == "block")
+    asv_process(tmp_path, LATENCY, idx)
+    with pytest.raises(RuntimeError, match="already replayed in this asv run"):
+        asv_process(tmp_path, LATENCY, idx)
+
+
+def test_without_a_gpu_or_a_stored_measurement_every_point_skips(tmp_path, run_scratch):
+    """Unpatched: measure_sweep needs CUDA, raises NotImplementedError, nothing is stored."""
+    if common.torch.cuda.is_available():
+        pytest.skip("this checks the CPU path")
+    assert math.isnan(asv_process(tmp_path, LATENCY, 0))
+    assert math.isnan(asv_process(tmp_path, DERIVED, 0))
+    assert not (run_scratch / f"{SWEEP.class_name}.pkl").exists()
+
+
+def test_measure_sweep_keeps_samples_and_method_per_point(monkeypatch):
+    """measure_sweep groups a sweep's points by workload, measures each group's variants
+    together (one measure_variants call), and keeps samples, median, bytes and method."""
+    groups = []
+
+    def fake_measure_variants(names, w, config):
+        groups.append((tuple(names), w))
+        out = {}
+        for i, name in enumerate(names):
+            if w.mode == "greedy" and name == "mrv2-pre50939":
+                out[name] = "not supported"
+            else:
+                out[name] = Timing([3e-6 * (i + 1), 1e-6 * (i + 1), 2e-6 * (i + 1)], "cuda-graph", config.l2,
+                                   config.calls_per_sample, 4, {"bytes_required": 123})  # fmt: skip
+        return out
+
+    monkeypatch.setattr(common, "_needs_cuda", lambda: None)
+    monkeypatch.setattr(common, "measure_variants", fake_measure_variants)
+    monkeypatch.setattr(common.timing, "copy_bandwidth", lambda: 4e12)
+    out = common.measure_sweep(SWEEP)
+    assert out["copy_bandwidth"] == 4e12
+    sweep_variants = dict(SWEEP.axes)["variant"]
+    workloads = {workload_of(p) for p in SWEEP.points()}
+    assert len(groups) == len(workloads) == len(SWEEP.points()) // len(sweep_variants)  # one call per workload
+    assert {w for _, w in groups} == workloads and all(names == sweep_variants for names, _ in groups)
+    unsupported = [p for p in SWEEP.points() if p["mode"] == "greedy" and p["variant"] == "mrv2-pre50939"]
+    assert unsupported and len(out["points"]) == len(SWEEP.points()) - len(unsupported)
+    key = ("mrv2-pre50939", "block", "logits", 128, 4, 151936, 1.0, "trailing")
+    assert out["points"][key] == {
+        "samples": [6e-6, 2e-6, 4e-6], "median": 4e-6, "bytes": 123, "method": "cuda-graph",
+        "l2": common.NIGHTLY_TIMING.l2, "calls_per_sample": common.NIGHTLY_TIMING.calls_per_sample,
+        "input_copies": 4, "capture_error": None,
+    }  # fmt: skip
+
+
+def test_real_asv_run_records_the_stored_samples(tmp_path):
+    """``asv run`` end to end (forkserver, one process per point, results file), with the
+    sweep's measurement written into the run's scratch directory beforehand."""
+    from asv.results import Results
+
+    from specsample.asv_runs import ensure_machine, write_config
+
+    run_id = f"test-replay-{os.getpid()}"
+    scratch = tmp_path / f"specsample-run-{run_id}"
+    scratch.mkdir()
+    stored = fake_measurement(SWEEP, seed=1)
+    (scratch / f"{SWEEP.class_name}.pkl").write_bytes(pickle.dumps(stored))
+    conf = write_config(REPO, tmp_path / "asv.conf.json", benchmark_dir=REPO / "benchmarks",
+                        results_dir=tmp_path / "results", html_dir=tmp_path / "html")  # fmt: skip
+    ensure_machine("ci", conf)
+    path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
+    env = dict(os.environ, ASV_PYTHONPATH=path, PYTHONPATH=path, SPECSAMPLE_RUN_ID=run_id, TMPDIR=str(tmp_path))
+    commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True,
+                            check=True).stdout.strip()  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-m", "asv", "run", "--config", str(conf), "--machine", "ci", "-E",
+         f"existing:{sys.executable}", "--set-commit-hash", commit, "--record-samples", "--show-stderr",
+         "--bench", f"^{re.escape(LATENCY)}"],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (result_file,) = (tmp_path / "results" / "ci").glob(f"{commit[:8]}-*.json")
+    results = Results.load(str(result_file))
+    params = results.get_result_params(LATENCY)  # asv keeps them as reprs: ["'mrv2'", ...]
+    assert params == [[repr(v) for v in axis] for axis in SWEEP.params]
+    values = results.get_result_value(LATENCY, params)
+    samples = results.get_result_samples(LATENCY, params)
+    stats = results.get_result_stats(LATENCY, params)
+    for i, p in enumerate(SWEEP.points()):
+        key = tuple(p[k] for k in SWEEP.param_names)
+        if key not in stored["points"]:
+            assert values[i] is None or math.isnan(values[i])  # skipped
+            continue
+        want = stored["points"][key]["samples"]
+        assert samples[i] == want, p
+        assert values[i] == pytest.approx(statistics.median(want), rel=1e-12)
+        assert stats[i]["repeat"] == len(want) and stats[i]["number"] == 1
