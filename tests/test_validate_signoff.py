@@ -58,8 +58,10 @@ def test_smoke_validation_end_to_end(script, tmp_path, capsys):
     out = tmp_path / "out"
     code = script.main(["--smoke", "--aa-runs", "1", "--variant", "mrv2", "--repo", str(repo), "--out", str(out)])
     assert code in (0, 1)  # pass/fail is CPU noise here
-    assert sorted(p.name for p in out.iterdir()) == [
-        "calibration.json", "detection-matrix.md", "frames.csv", "reports.md", "verdicts.csv"]
+    # frames.parquet where pyarrow is installed (the GPU box), else frames.csv
+    frames_file = "frames.parquet" if (out / "frames.parquet").exists() else "frames.csv"
+    assert sorted(p.name for p in out.iterdir()) == sorted([
+        "calibration.json", "detection-matrix.md", frames_file, "reports.md", "verdicts.csv"])
 
     calibration = json.loads((out / "calibration.json").read_text())
     chosen = {float(t): n for t, n in calibration["chosen"].items()}
@@ -87,7 +89,7 @@ def test_smoke_validation_end_to_end(script, tmp_path, capsys):
 
     reports = (out / "reports.md").read_text()
     assert reports.count("## specsample sign-off") == 4 and "# planted 10%" in reports
-    frames = pd.read_csv(out / "frames.csv")
+    frames = pd.read_parquet(out / frames_file) if frames_file.endswith(".parquet") else pd.read_csv(out / frames_file)
     assert list(frames.columns) == [*COLUMNS, "run"] and len(frames) == 4 * 2 * 4
     assert set(frames.run) == {"A/A 1", "planted 3%", "planted 5%", "planted 10%"}
     verdicts = pd.read_csv(out / "verdicts.csv")
