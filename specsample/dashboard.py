@@ -103,6 +103,7 @@ class FigureSpec:
     ci: tuple[str, str] | None = None
     log_axes: tuple[str, ...] = ()
     section: str = "history"
+    also: tuple[str, ...] = ()  # placeholder panel: more variants drawn beside compare's two
 
 
 US = 1e6  # asv stores time_* in seconds; kernels run in microseconds
@@ -140,7 +141,7 @@ FIGURES: tuple[FigureSpec, ...] = (
         name="placeholder", title="Placeholder handling: mrv2 vs mrv2-pre50939 latency vs phi",
         kind="placeholder", x="phi", y="value", unit="µs", quantity="latency", line="variant",
         facet="mode", split="benchmark", filter=TIME_SAMPLE, scale=US,
-        compare=PLACEHOLDER_VARIANTS, section="placeholder-panel",
+        compare=PLACEHOLDER_VARIANTS, also=(FASTEST,), section="placeholder-panel",
     ),
     *(
         FigureSpec(
@@ -150,7 +151,7 @@ FIGURES: tuple[FigureSpec, ...] = (
             kind="placeholder", x="phi", y="value", unit="µs", quantity="latency",
             line="variant", facet="mode", split="benchmark",
             filter=(("metric", "track_latency_us"), ("draft", draft)),
-            compare=PLACEHOLDER_VARIANTS, section="placeholder-panel",
+            compare=PLACEHOLDER_VARIANTS, also=(FASTEST,), section="placeholder-panel",
         )
         for draft in ("logits", "one-hot")
     ),
@@ -581,8 +582,15 @@ def _render_placeholder(spec, df, regressions, split_value) -> Figure:
     pairs = _pair_variants(newest, base_variant, head_variant)
     _require_varying(pairs, spec.x)
     fig, panels = _facet_axes(spec, pairs)
+    # Other variants measured at the same points (e.g. fast), drawn without change labels.
+    extras = {}
+    for variant in spec.also:
+        try:
+            extras[variant] = _pair_variants(newest, base_variant, variant)
+        except MissingData:
+            continue
     low, high = PLACEHOLDER_DROP_BAND
-    for ax, _, _, part in panels:
+    for ax, _, facet_value, part in panels:
         base = _group(part.assign(_y=part["base_value"] * spec.scale), [spec.x], "_y", "geomean")
         head = _group(part.assign(_y=part["head_value"] * spec.scale), [spec.x], "_y", "geomean")
         ratio = _group(part, [spec.x], "ratio", "geomean")
@@ -592,11 +600,20 @@ def _render_placeholder(spec, df, regressions, split_value) -> Figure:
                         label=f"PR 50939: {low:.0%}–{high:.0%} drop")
         _plot_line(ax, x, head["_y"], head_variant)
         _plot_line(ax, x, base["_y"], base_variant)
+        drawn = [band_lo, band_hi, head["_y"], base["_y"]]
+        for variant, other in extras.items():
+            if spec.facet in other:
+                other = other[other[spec.facet] == facet_value]
+            if other.empty:
+                continue
+            line = _group(other.assign(_y=other["head_value"] * spec.scale), [spec.x], "_y", "geomean")
+            _plot_line(ax, line[spec.x].astype("float64"), line["_y"], variant)
+            drawn.append(line["_y"])
         # The change labels get a strip of their own below everything drawn, so they cannot
         # collide with a line or the band; the outermost ones are aligned inwards so they stay
         # inside the axes.
-        ymin = float(np.nanmin([band_lo.min(), head["_y"].min(), base["_y"].min()]))
-        ymax = float(np.nanmax([band_hi.max(), head["_y"].max(), base["_y"].max()]))
+        ymin = float(np.nanmin([d.min() for d in drawn]))
+        ymax = float(np.nanmax([d.max() for d in drawn]))
         span = ymax - ymin or abs(ymax) or 1.0
         ax.set_ylim(ymin - 0.22 * span, ymax + 0.06 * span)
         ax.axhline(ymin - 0.04 * span, color="0.7", lw=0.6, zorder=1)

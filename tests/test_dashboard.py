@@ -211,8 +211,8 @@ def test_sweep_figures(real_df, name, log_x):
     for ax in _panels(fig):
         assert (ax.get_xscale() == "log") is log_x
         assert ax.get_xlabel().startswith(spec.x) and ax.get_ylabel() == "latency (µs)"
-        assert {line.get_label() for line in ax.lines} == {"mrv2", "mrv2-pre50939"}
-        assert len(ax.collections) == 2  # asv's CI, one band per variant
+        assert {line.get_label() for line in ax.lines} == {"mrv2", "mrv2-pre50939", "fast"}
+        assert len(ax.collections) == 3  # asv's CI, one band per variant
     assert "asv 99% CI" in fig.get_suptitle() and stem.split("-", 2)[2] in fig.get_suptitle()
 
 
@@ -310,7 +310,8 @@ def test_skip_notes_one_per_spec_each_reason_once(site, real_site):
             reasons = [r.split(" (")[0] for r in text.rstrip(".").split("; ")]
             assert len(reasons) == len(set(reasons)), text
     history = _section(real_site[1], "history")
-    assert history.count("fewer than two commits") == 2  # one note per spec, not per benchmark
+    assert history.count("fewer than two commits") <= 2  # at most one note per spec, not per benchmark
+    assert _sources(history)  # the committed results span several commits: history is drawn
 
 
 def test_benchmarks_without_successful_points_are_noted(df, tmp_path, site):
