@@ -1,7 +1,7 @@
 """Sampling laws of the rejection sampler, checked statistically (spec section 7).
 
-Every test runs through both the Triton kernels (``specsample.rejection_sample``) and the
-PyTorch reference (``specsample.reference.rejection_sample``). Each trial is one request whose
+Every test runs through the Triton kernels (``specsample.rejection_sample``, and the ``fast``
+variant's) and the PyTorch reference (``specsample.reference.rejection_sample``). Each trial is one request whose
 rows all hold the same target (and draft) distribution, built by ``batches.trial_batch``, so the
 emitted tokens at every position must follow ``p = softmax(target)`` and the acceptance laws are
 known in closed form.
@@ -65,9 +65,12 @@ from conftest import gpu
 from stats import FALSE_FAILURE, _chi2_sf, assert_follows, chi2_threshold
 
 from specsample import reference, rejection_sample
+from specsample.kernels.fast import rejection_sample_fast
 
-SAMPLERS = {"kernel": rejection_sample, "reference": reference.rejection_sample}
+# "kernel" is mrv2 (specsample.rejection_sample); "fast" the fast variant, same laws.
+SAMPLERS = {"kernel": rejection_sample, "fast": rejection_sample_fast, "reference": reference.rejection_sample}
 SAMPLER_IDS = list(SAMPLERS)
+KERNELS = ("kernel", "fast")
 SPIKE_MASS = 0.4
 DRAFT_NOISE = 1.0
 SYNTHETIC_RATES = (0.9, 0.5, 0.2)  # unconditional P(accepted >= i + 1)
@@ -203,7 +206,7 @@ def _params(cases: list[tuple[Case, bool]]) -> list:
     """``(sampler, case)`` params from ``(case, kernel_on_cpu)`` pairs. The reference runs every
     case on every device; kernel cases too slow for the CPU interpreter get the ``gpu`` mark."""
     return [
-        pytest.param(sampler, c, id=f"{sampler}-{c.id}", marks=gpu if sampler == "kernel" and not on_cpu else ())
+        pytest.param(sampler, c, id=f"{sampler}-{c.id}", marks=gpu if sampler in KERNELS and not on_cpu else ())
         for sampler in SAMPLER_IDS
         for c, on_cpu in cases
     ]
@@ -266,7 +269,7 @@ def test_block_accepts_at_least_as_many(device, sampler, case):
     standard = _run(sampler, device, replace(case, block=False))
     diff = (block.accepted - standard.accepted).double()
     n = diff.numel()
-    tol = 0.01 if (device == "cuda" and sampler == "kernel") else 6 * float(diff.std()) / math.sqrt(n) + 1e-12
+    tol = 0.01 if (device == "cuda" and sampler in KERNELS) else 6 * float(diff.std()) / math.sqrt(n) + 1e-12
     mean_block, mean_std = float(block.accepted.double().mean()), float(standard.accepted.double().mean())
     assert mean_block >= mean_std - tol, f"block {mean_block:.4f} < standard {mean_std:.4f} - {tol:.4f} (n={n})"
 
