@@ -32,6 +32,10 @@ WORKLOADS = {
     "base-standard-logits-phi0": Workload(num_reqs=128, num_speculative_steps=4, vocab_size=151936,
                                           mode="standard"),
     "R8-standard-logits-phi0": Workload(num_reqs=8, num_speculative_steps=4, vocab_size=151936, mode="standard"),
+    # R=1: where fast measured 0.90-0.96x of mrv2 in the nightly tier (notes/performance.md)
+    "R1-standard-logits-phi0": Workload(num_reqs=1, num_speculative_steps=4, vocab_size=151936, mode="standard"),
+    "R1-block-logits-phi0.5": Workload(num_reqs=1, num_speculative_steps=4, vocab_size=151936, mode="block",
+                                       placeholder_density=0.5),
     "V32000-block-logits-phi0": Workload(num_reqs=128, num_speculative_steps=4, vocab_size=32000, mode="block"),
     "base-greedy-phi0": Workload(num_reqs=128, num_speculative_steps=4, vocab_size=151936, mode="greedy"),
 }  # fmt: skip
