@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from specsample import variants
-from specsample.kernels import mrv2, planted
+from specsample.kernels import fast, mrv2, planted
 from specsample.workloads import Workload, make_inputs
 
 REPO = Path(__file__).resolve().parents[1]
@@ -58,6 +58,8 @@ def test_pipeline_reads_the_knob_at_construction_and_runs_the_ballast(device, mo
     # only the residual-mass kernel has it: other modes never pay
     standard = make_inputs(Workload(num_reqs=3, num_speculative_steps=3, vocab_size=300), device=device)
     assert mrv2.Pipeline(**standard).ballast_iters == 0
+    # nor does the fast variant (planted.VARIANTS), whose points are the validation's controls
+    assert "fast" not in planted.VARIANTS and fast.Pipeline(**inputs).ballast_iters == 0
 
 
 def test_knob_at_zero_compiles_exactly_as_without_it():

@@ -265,36 +265,18 @@ class Pipeline(mrv2.Pipeline):
     mrv2's fp64 resample kernel.
     """
 
-    def __init__(self, *args, config: Config | None = None, **kwargs) -> None:
-        kwargs.pop("placeholder_fix", None)
-        super().__init__(*args, placeholder_fix=True, **kwargs)
-        self.config = config or DEFAULT_CONFIG
-        c = self.config
-        self.fast_log = c.fast_log and self.target_logits.device.type == "cuda" and not _interpreted()
-        if c.stats_block != mrv2.VOCAB_BLOCK_SIZE:
-            self._reallocate_partials(c.stats_block)
-        if c.resample_block != mrv2.RESAMPLE_BLOCK_SIZE and not self.use_fp64:
-            self.num_resample_blocks = triton.cdiv(self.vocab_size, c.resample_block)
-            r, rb, device = self.num_reqs, self.num_resample_blocks, self.target_logits.device
-            self.resampled_local_max = torch.empty(r, rb, dtype=torch.float32, device=device)
-            self.resampled_local_argmax = torch.empty(r, rb, dtype=torch.int64, device=device)
+    planted_knob = False  # planted.VARIANTS: the test-only knob slows mrv2's pipelines only
 
-    def _reallocate_partials(self, block: int) -> None:
-        # Every [N, nb] partial follows the stats block size.
-        self.num_blocks = triton.cdiv(self.vocab_size, block)
-        self.num_blocks_p2 = triton.next_power_of_2(self.num_blocks)
-        n, nb, device = self.num_logits, self.num_blocks, self.target_logits.device
-        f32 = dict(dtype=torch.float32, device=device)
-        self.target_local_argmax = torch.empty(n, nb, dtype=torch.int64, device=device)
-        self.target_local_max = torch.empty(n, nb, **f32)
-        self.target_local_sumexp = torch.empty(n, nb, **f32)
-        if self.has_draft_logits:
-            self.draft_local_max = torch.empty(n, nb, **f32)
-            self.draft_local_sumexp = torch.empty(n, nb, **f32)
-        else:
-            self.draft_local_max = self.draft_local_sumexp = self.target_local_max
-        residual_needed = self.use_block_verification and self.has_draft_logits
-        self.local_residual_mass = torch.empty(n, nb, **f32) if residual_needed else self.target_local_max
+    def __init__(self, *args, config: Config | None = None, use_fp64: bool = False, **kwargs) -> None:
+        kwargs.pop("placeholder_fix", None)
+        c = self.config = config or DEFAULT_CONFIG
+        super().__init__(
+            *args, use_fp64=use_fp64, placeholder_fix=True,
+            vocab_block_size=c.stats_block, block_warps=c.stats_warps,
+            # fp64 noise keeps mrv2's resample kernel, with mrv2's block
+            resample_block_size=mrv2.RESAMPLE_BLOCK_SIZE if use_fp64 else c.resample_block, **kwargs,
+        )  # fmt: skip
+        self.fast_log = c.fast_log and self.target_logits.device.type == "cuda" and not _interpreted()
 
     # ---- 1. block stats of the rows something reads
     def _stats(self) -> None:
@@ -308,20 +290,6 @@ class Pipeline(mrv2.Pipeline):
             self.num_logits, self.vocab_size, self.k,
             HAS_DRAFT_LOGITS=self.has_draft_logits, K_P2=triton.next_power_of_2(max(self.k, 1)),
             BLOCK_V=c.stats_block, num_warps=c.stats_warps,
-        )  # fmt: skip
-
-    # ---- 3. residual mass, on the stats block layout
-    def _residual_mass(self) -> None:
-        mrv2._residual_mass_kernel[(self.num_logits, self.num_blocks)](
-            self.target_logits, self.target_logits.stride(0),
-            self.draft_arg, *self.draft_strides,
-            self.draft_sampled, self.expanded_idx_mapping, self.expanded_local_pos, self.temperature,
-            self.target_local_max, self.target_local_sumexp, self.draft_local_max, self.draft_local_sumexp,
-            self.num_blocks, self.num_blocks,
-            self.cumulative_log_p, self.local_residual_mass,
-            self.num_logits, self.vocab_size, self.k,
-            PLACEHOLDER_FIX=True, BLOCK_V=self.config.stats_block,
-            NUM_BLOCKS_P2=self.num_blocks_p2, num_warps=self.config.stats_warps,
         )  # fmt: skip
 
     # ---- 5. resample with the fast logs

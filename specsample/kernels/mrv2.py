@@ -626,8 +626,14 @@ class Pipeline:
     in order as ``(name, zero-argument callable)`` so that each kernel can also be timed on its
     own (``specsample.timing``); :meth:`run` launches them all. Inputs must already have been
     checked by :mod:`specsample.validation`. ``placeholder_fix=False`` selects the pre-#50939
-    replica (benchmarking only).
+    replica (benchmarking only). ``vocab_block_size``/``block_warps`` (stats and residual mass,
+    and so the [N, nb] partials' layout) and ``resample_block_size`` let a subclass tune them;
+    the defaults are mrv2's.
     """
+
+    # Whether the TEST-ONLY planted slowdown (specsample.kernels.planted) applies: it slows
+    # only the variants listed in planted.VARIANTS.
+    planted_knob = True
 
     def __init__(
         self,
@@ -646,6 +652,10 @@ class Pipeline:
         use_fp64: bool = False,
         use_block_verification: bool = False,
         placeholder_fix: bool = True,
+        *,
+        vocab_block_size: int = VOCAB_BLOCK_SIZE,
+        block_warps: int = 8,
+        resample_block_size: int = RESAMPLE_BLOCK_SIZE,
     ) -> None:
         self.target_logits, self.draft_logits, self.draft_sampled = target_logits, draft_logits, draft_sampled
         self.cu_num_logits, self.pos, self.idx_mapping = cu_num_logits, pos, idx_mapping
@@ -661,9 +671,11 @@ class Pipeline:
         self.synthetic = synthetic_conditional_rates is not None
         device = target_logits.device
 
-        self.num_blocks = triton.cdiv(vocab_size, VOCAB_BLOCK_SIZE)
+        self.vocab_block_size, self.block_warps = vocab_block_size, block_warps
+        self.resample_block_size = resample_block_size
+        self.num_blocks = triton.cdiv(vocab_size, vocab_block_size)
         self.num_blocks_p2 = triton.next_power_of_2(self.num_blocks)
-        self.num_resample_blocks = triton.cdiv(vocab_size, RESAMPLE_BLOCK_SIZE)
+        self.num_resample_blocks = triton.cdiv(vocab_size, resample_block_size)
         n, nb, r, rb = self.num_logits, self.num_blocks, self.num_reqs, self.num_resample_blocks
 
         # ---- scratch: [N, nb] partials, [N] prefix ratios, [R] rejected-row LSEs, [R, rb] maxima
@@ -685,7 +697,7 @@ class Pipeline:
         residual_needed = use_block_verification and self.has_draft_logits
         self.local_residual_mass = torch.empty(n, nb, **f32) if residual_needed else self.target_local_max
         # TEST-ONLY planted slowdown, read now (not at import) so the validation can set it.
-        self.ballast_iters = planted.BALLAST_ITERS if residual_needed else 0
+        self.ballast_iters = planted.BALLAST_ITERS if residual_needed and self.planted_knob else 0
         self.ballast = torch.empty(n, nb, **f32) if self.ballast_iters > 0 else None
         self.rates = synthetic_conditional_rates if self.synthetic else temperature
         self.target_rejected_lse = torch.empty(r, **f32)
@@ -724,7 +736,7 @@ class Pipeline:
             self.target_local_argmax, self.target_local_max, self.target_local_sumexp,
             self.draft_local_max, self.draft_local_sumexp, self.num_blocks,
             self.vocab_size, self.k,
-            HAS_DRAFT_LOGITS=self.has_draft_logits, BLOCK_V=VOCAB_BLOCK_SIZE, num_warps=8,
+            HAS_DRAFT_LOGITS=self.has_draft_logits, BLOCK_V=self.vocab_block_size, num_warps=self.block_warps,
         )  # fmt: skip
 
     # ---- 2. prefix joint ratios log p_i (block verification)
@@ -750,9 +762,9 @@ class Pipeline:
             self.num_blocks, self.num_blocks,
             self.cumulative_log_p, self.local_residual_mass,
             self.num_logits, self.vocab_size, self.k,
-            PLACEHOLDER_FIX=self.placeholder_fix, BLOCK_V=VOCAB_BLOCK_SIZE,
+            PLACEHOLDER_FIX=self.placeholder_fix, BLOCK_V=self.vocab_block_size,
             NUM_BLOCKS_P2=self.num_blocks_p2, ballast_ptr=self.ballast, BALLAST_ITERS=self.ballast_iters,
-            num_warps=8,
+            num_warps=self.block_warps,
         )  # fmt: skip
 
     # ---- 4. accept/reject: tau per request into num_sampled
@@ -784,7 +796,7 @@ class Pipeline:
             self.vocab_size,
             HAS_DRAFT_LOGITS=self.has_draft_logits, USE_BLOCK_VERIFICATION=self.use_block_verification,
             USE_FP64=self.use_fp64, PLACEHOLDER_FIX=self.placeholder_fix,
-            BLOCK_V=RESAMPLE_BLOCK_SIZE, num_warps=4,
+            BLOCK_V=self.resample_block_size, num_warps=4,
         )  # fmt: skip
 
     # ---- 6. insert the winning block's token; num_sampled = tau + 1
