@@ -49,12 +49,17 @@ def test_pipeline_reads_the_knob_at_construction_and_runs_the_ballast(device, mo
     assert pipe.ballast_iters == 8 and pipe.ballast.shape == (pipe.num_logits, pipe.num_blocks)
     pipe.ballast.fill_(float("nan"))
     pipe.run()
-    # every program stored the sum of acc = acc * 0.5 + 1 (eight times) from (block * 8192 + j) + row
+    # every BALLAST_EVERY-th program (by row + block) stored the sum of acc = acc * 0.5 + 1
+    # (eight times) from (block * 8192 + j) + row; the others never ran the loop
     acc = (np.arange(mrv2.VOCAB_BLOCK_SIZE, dtype=np.float64)[None, None, :] + np.arange(pipe.num_logits)[:, None, None]
            + mrv2.VOCAB_BLOCK_SIZE * np.arange(pipe.num_blocks)[None, :, None])
     for _ in range(8):
         acc = acc * 0.5 + 1.0
-    np.testing.assert_allclose(pipe.ballast.cpu().numpy(), acc.sum(axis=2), rtol=1e-5)
+    paying = (np.arange(pipe.num_logits)[:, None] + np.arange(pipe.num_blocks)[None, :]) % planted.BALLAST_EVERY == 0
+    assert planted.BALLAST_EVERY > 1 and 0 < paying.sum() < paying.size
+    got = pipe.ballast.cpu().numpy()
+    np.testing.assert_allclose(got[paying], acc.sum(axis=2)[paying], rtol=1e-5)
+    assert np.isnan(got[~paying]).all()
     # only the residual-mass kernel has it: other modes never pay
     standard = make_inputs(Workload(num_reqs=3, num_speculative_steps=3, vocab_size=300), device=device)
     assert mrv2.Pipeline(**standard).ballast_iters == 0
@@ -93,7 +98,8 @@ def test_knob_at_zero_compiles_exactly_as_without_it():
 
         consts = dict(PLACEHOLDER_FIX=True, BLOCK_V=8192, NUM_BLOCKS_P2=32)
         src = inspect.getsource(mrv2._residual_mass_kernel.fn)
-        stripped = re.sub(r"    # TEST-ONLY.*\n    ballast_ptr=None,\n    BALLAST_ITERS: tl.constexpr = 0,\n", "", src)
+        stripped = re.sub(r"    # TEST-ONLY.*\n(    #.*\n)*    ballast_ptr=None,\n    BALLAST_ITERS: tl.constexpr = 0,\n"
+                          r"    BALLAST_EVERY: tl.constexpr = 1,\n", "", src)
         stripped = re.sub(r"    if BALLAST_ITERS > 0:\n(        .*\n)+", "", stripped)
         assert "BALLAST" not in stripped and "ballast" not in stripped, stripped
         path = Path(tempfile.mkdtemp()) / "without_knob.py"
@@ -103,8 +109,8 @@ def test_knob_at_zero_compiles_exactly_as_without_it():
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
         without = ptx(module._residual_mass_kernel, consts)
-        at_zero = ptx(mrv2._residual_mass_kernel, dict(consts, ballast_ptr=None, BALLAST_ITERS=0))
-        at_eight = ptx(mrv2._residual_mass_kernel, dict(consts, BALLAST_ITERS=8))
+        at_zero = ptx(mrv2._residual_mass_kernel, dict(consts, ballast_ptr=None, BALLAST_ITERS=0, BALLAST_EVERY=1))
+        at_eight = ptx(mrv2._residual_mass_kernel, dict(consts, BALLAST_ITERS=8, BALLAST_EVERY=4))
         fma = lambda lines: sum("fma" in l for l in lines)
         print(len(without), len(at_zero), fma(without), fma(at_eight))
         sys.exit(0 if at_zero == without and fma(at_eight) >= fma(without) + 8 * 32 else 1)

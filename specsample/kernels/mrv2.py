@@ -256,19 +256,22 @@ def _residual_mass_kernel(
     PLACEHOLDER_FIX: tl.constexpr,
     BLOCK_V: tl.constexpr,
     NUM_BLOCKS_P2: tl.constexpr,
-    # TEST-ONLY planted slowdown (specsample.kernels.planted): [N, nb] scratch, loop iterations
+    # TEST-ONLY planted slowdown (specsample.kernels.planted): [N, nb] scratch, loop iterations,
+    # and which programs pay it (every BALLAST_EVERY-th, by row + block)
     ballast_ptr=None,
     BALLAST_ITERS: tl.constexpr = 0,
+    BALLAST_EVERY: tl.constexpr = 1,
 ):
     row = tl.program_id(0).to(tl.int64)
     block = tl.program_id(1)
     if BALLAST_ITERS > 0:
-        # A dependent fp32 chain per element, before the early exits so every program pays it;
-        # the sum is stored so the compiler keeps it. At 0 this is compiled out.
-        acc = (block * BLOCK_V + tl.arange(0, BLOCK_V)).to(tl.float32) + row.to(tl.float32)
-        for _ in range(BALLAST_ITERS):
-            acc = acc * 0.5 + 1.0
-        tl.store(ballast_ptr + row * local_stride + block, tl.sum(acc, 0))
+        # A dependent fp32 chain per element, before the early exits so those programs pay it
+        # whatever the row; the sum is stored so the compiler keeps it. At 0 this is compiled out.
+        if (row + block) % BALLAST_EVERY == 0:
+            acc = (block * BLOCK_V + tl.arange(0, BLOCK_V)).to(tl.float32) + row.to(tl.float32)
+            for _ in range(BALLAST_ITERS):
+                acc = acc * 0.5 + 1.0
+            tl.store(ballast_ptr + row * local_stride + block, tl.sum(acc, 0))
     local_pos = tl.load(expanded_local_pos_ptr + row)
     if (local_pos == 0) | (local_pos >= num_speculative_steps):
         return  # row 0's residual is never needed; bonus rows are excluded
@@ -698,6 +701,7 @@ class Pipeline:
         self.local_residual_mass = torch.empty(n, nb, **f32) if residual_needed else self.target_local_max
         # TEST-ONLY planted slowdown, read now (not at import) so the validation can set it.
         self.ballast_iters = planted.BALLAST_ITERS if residual_needed and self.planted_knob else 0
+        self.ballast_every = planted.BALLAST_EVERY if self.ballast_iters > 0 else 1
         self.ballast = torch.empty(n, nb, **f32) if self.ballast_iters > 0 else None
         self.rates = synthetic_conditional_rates if self.synthetic else temperature
         self.target_rejected_lse = torch.empty(r, **f32)
@@ -764,7 +768,7 @@ class Pipeline:
             self.num_logits, self.vocab_size, self.k,
             PLACEHOLDER_FIX=self.placeholder_fix, BLOCK_V=self.vocab_block_size,
             NUM_BLOCKS_P2=self.num_blocks_p2, ballast_ptr=self.ballast, BALLAST_ITERS=self.ballast_iters,
-            num_warps=self.block_warps,
+            BALLAST_EVERY=self.ballast_every, num_warps=self.block_warps,
         )  # fmt: skip
 
     # ---- 4. accept/reject: tau per request into num_sampled
