@@ -1,15 +1,16 @@
-"""Measure the fast sampler's tunables on a GPU: one factor at a time, kernels timed alone.
+"""Measure the fast sampler's configurations on a GPU: whole calls and kernels, interleaved.
 
 GPU box, from the repository root, after ``source scripts/gpu-env.sh``::
 
     python3 scripts/tune_fast.py --out "$OUT/tune-fast.json"
 
 For each workload it builds one :class:`specsample.kernels.fast.Pipeline` per candidate
-:class:`~specsample.kernels.fast.Config`, runs it once (so every stage finds its intermediates),
-and times the stage the candidate changes (stats or resample) for all candidates interleaved
-(cold L2, CUDA-graph replay; :mod:`specsample.timing`). mrv2's own stage is timed beside them as
-the reference. It prints one table per workload and writes every median to JSON; the defaults
-in ``Config`` are then chosen from it by hand and recorded in ``notes/performance.md``.
+:class:`~specsample.kernels.fast.Config` (and mrv2's pipeline as the reference), runs each once
+(so every stage finds its intermediates), then times, all interleaved in one measurement (cold
+L2, CUDA-graph replay; :mod:`specsample.timing`): the whole call of every candidate, and each
+kernel alone for mrv2 and the candidates in :data:`STAGE_CANDIDATES`. It prints one line per
+workload and writes every median to JSON; the defaults (``fast.default_config``) are chosen
+from it by hand and recorded in ``notes/performance.md``.
 """
 
 from __future__ import annotations
@@ -26,60 +27,66 @@ from specsample.measure import input_copies
 from specsample.timing import TimingConfig, measure_interleaved
 from specsample.workloads import Workload
 
+BASE = dict(num_speculative_steps=4, vocab_size=151936)
 WORKLOADS = {
-    "base-block-logits-phi0.5": Workload(num_reqs=128, num_speculative_steps=4, vocab_size=151936, mode="block",
-                                         placeholder_density=0.5),
-    "base-standard-logits-phi0": Workload(num_reqs=128, num_speculative_steps=4, vocab_size=151936,
-                                          mode="standard"),
-    "R8-standard-logits-phi0": Workload(num_reqs=8, num_speculative_steps=4, vocab_size=151936, mode="standard"),
-    # R=1: where fast measured 0.90-0.96x of mrv2 in the nightly tier (notes/performance.md)
-    "R1-standard-logits-phi0": Workload(num_reqs=1, num_speculative_steps=4, vocab_size=151936, mode="standard"),
-    "R1-block-logits-phi0.5": Workload(num_reqs=1, num_speculative_steps=4, vocab_size=151936, mode="block",
-                                       placeholder_density=0.5),
-    "V32000-block-logits-phi0": Workload(num_reqs=128, num_speculative_steps=4, vocab_size=32000, mode="block"),
-    "base-greedy-phi0": Workload(num_reqs=128, num_speculative_steps=4, vocab_size=151936, mode="greedy"),
+    # small batches: one partial wave, latency chains
+    "R1-standard-phi0": Workload(num_reqs=1, mode="standard", **BASE),
+    "R1-block-phi0.5": Workload(num_reqs=1, mode="block", placeholder_density=0.5, **BASE),
+    "R1-greedy-phi0.5": Workload(num_reqs=1, mode="greedy", placeholder_density=0.5, **BASE),
+    "R8-standard-phi0": Workload(num_reqs=8, mode="standard", **BASE),
+    "R16-block-phi0": Workload(num_reqs=16, mode="block", **BASE),
+    "R32-standard-phi0": Workload(num_reqs=32, mode="standard", **BASE),
+    "R32-block-phi0.5": Workload(num_reqs=32, mode="block", placeholder_density=0.5, **BASE),
+    # the base point and its placeholder densities (issue 7 goals 1 and 2)
+    "base-block-phi0": Workload(num_reqs=128, mode="block", **BASE),
+    "base-block-phi0.5": Workload(num_reqs=128, mode="block", placeholder_density=0.5, **BASE),
+    "base-block-phi1": Workload(num_reqs=128, mode="block", placeholder_density=1.0, **BASE),
+    "base-standard-phi0": Workload(num_reqs=128, mode="standard", **BASE),
+    "base-standard-phi1": Workload(num_reqs=128, mode="standard", placeholder_density=1.0, **BASE),
+    "base-greedy-phi0": Workload(num_reqs=128, mode="greedy", **BASE),
+    "base-greedy-phi1": Workload(num_reqs=128, mode="greedy", placeholder_density=1.0, **BASE),
+    "V32000-block-phi0": Workload(num_reqs=128, mode="block", num_speculative_steps=4, vocab_size=32000),
+    "R512-standard-phi0.5": Workload(num_reqs=512, mode="standard", placeholder_density=0.5, **BASE),
 }  # fmt: skip
 
-D = fast.Config()
+L, S = fast.LARGE_BATCH_CONFIG, fast.SMALL_BATCH_CONFIG
 CANDIDATES = {
-    "stats": {
-        f"{b}/{w}w": dataclasses.replace(D, stats_block=b, stats_warps=w)
-        for b, w in ((8192, 8), (8192, 16), (4096, 4), (4096, 8), (16384, 16), (2048, 4))
-    },
-    "resample": {
-        **{f"{b}/{w}w": dataclasses.replace(D, resample_block=b, resample_warps=w)
-           for b, w in ((1024, 4), (1024, 8), (2048, 4), (2048, 8), (4096, 8), (512, 2))},
-        "logf": dataclasses.replace(D, fast_log=False),
-    },
-}  # fmt: skip
+    "large": L,
+    "large-row-grid": dataclasses.replace(L, request_grid=False),  # session 2's default
+    "large-8192/8": dataclasses.replace(L, stats_block=8192, stats_warps=8),
+    "large-2048/4": dataclasses.replace(L, stats_block=2048),
+    "large-rs4096/8": dataclasses.replace(L, resample_block=4096, resample_warps=8),
+    "small": S,
+    "small-rs512/2": dataclasses.replace(S, resample_block=512, resample_warps=2),
+    "small-request-grid": dataclasses.replace(S, request_grid=True),
+}
+STAGE_CANDIDATES = ("large", "large-row-grid", "small")
 CONFIG = TimingConfig(l2="cold", calls_per_sample=10, num_samples=15)
 
 
-def _stage_calls(pipes: list, stage: str) -> list:
-    return [dict(p.stages())[stage] for p in pipes]
-
-
-def tune(name: str, w: Workload) -> dict[str, dict[str, float]]:
+def tune(name: str, w: Workload) -> dict[str, float]:
     copies = input_copies(w, "cold")
-    out: dict[str, dict[str, float]] = {}
-    for stage, candidates in CANDIDATES.items():
-        ops = {}
-        ref = [mrv2.Pipeline(**inputs) for inputs in copies]
-        for p in ref:
+    pipes = {"mrv2": [mrv2.Pipeline(**inputs) for inputs in copies]}
+    for label, config in CANDIDATES.items():
+        pipes[label] = [fast.Pipeline(**inputs, config=config) for inputs in copies]
+    ops = {}
+    for label, ps in pipes.items():
+        for p in ps:
             p.run()
-        ops["mrv2"] = _stage_calls(ref, stage)
-        for label, config in candidates.items():
-            pipes = [fast.Pipeline(**inputs, config=config) for inputs in copies]
-            for p in pipes:
-                p.run()
-            ops[label] = _stage_calls(pipes, stage)
-        torch.cuda.synchronize()
-        cfg = TimingConfig(CONFIG.l2, max(CONFIG.calls_per_sample, len(copies)), CONFIG.num_samples)
-        timings = measure_interleaved(ops, cfg)
-        out[stage] = {label: t.median * 1e6 for label, t in timings.items()}
-        best = min((v, k) for k, v in out[stage].items() if k != "mrv2")
-        print(f"{name} {stage}: " + "  ".join(f"{k} {v:.1f}" for k, v in out[stage].items())
-              + f"  | best {best[1]} {best[0]:.1f} us", flush=True)  # fmt: skip
+        ops[f"{label}:call"] = [p.run for p in ps]
+        if label == "mrv2" or label in STAGE_CANDIDATES:
+            for stage, _ in ps[0].stages():
+                ops[f"{label}:{stage}"] = [dict(p.stages())[stage] for p in ps]
+    torch.cuda.synchronize()
+    cfg = TimingConfig(CONFIG.l2, max(CONFIG.calls_per_sample, len(copies)), CONFIG.num_samples)
+    out = {label: t.median * 1e6 for label, t in measure_interleaved(ops, cfg).items()}
+    calls = {k.split(":")[0]: v for k, v in out.items() if k.endswith(":call")}
+    best = min((v, k) for k, v in calls.items() if k != "mrv2")
+    print(f"{name}: " + "  ".join(f"{k} {v:.1f}" for k, v in calls.items())
+          + f"  | best {best[1]} {best[0]:.1f} us ({calls['mrv2'] / best[0]:.2f}x mrv2)", flush=True)  # fmt: skip
+    for label in ("mrv2", *STAGE_CANDIDATES):
+        stages = {k.split(":")[1]: v for k, v in out.items() if k.startswith(label + ":") and not k.endswith(":call")}
+        print(f"    {label} stages: " + "  ".join(f"{k} {v:.1f}" for k, v in stages.items()), flush=True)
     return out
 
 
@@ -90,7 +97,8 @@ def main() -> None:
     args = p.parse_args()
     if not torch.cuda.is_available():
         raise SystemExit("tune_fast.py: needs a CUDA GPU")
-    results = {"device": torch.cuda.get_device_name(), "unit": "us per call, median, cold L2", "workloads": {}}
+    results = {"device": torch.cuda.get_device_name(), "unit": "us per call, median, cold L2",
+               "candidates": {k: dataclasses.asdict(v) for k, v in CANDIDATES.items()}, "workloads": {}}  # fmt: skip
     start = time.monotonic()
     for name in args.workload or list(WORKLOADS):
         results["workloads"][name] = tune(name, WORKLOADS[name])

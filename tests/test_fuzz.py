@@ -25,6 +25,8 @@ explores the same examples on every run.
 
 from __future__ import annotations
 
+import functools
+
 import math
 from unittest import mock
 
@@ -172,7 +174,12 @@ def test_kernel_matches_reference_on_random_batches(device, mode, data):
     check_against_reference(_apply(make_inputs(w, device=device), w, x), SAMPLERS[sampler])
 
 
-SAMPLERS = {"mrv2": rejection_sample, "fast": rejection_sample_fast}
+# fast in both layouts: its small-batch default at these sizes and the large-batch request grid
+SAMPLERS = {
+    "mrv2": rejection_sample,
+    "fast": rejection_sample_fast,
+    "fast-request-grid": functools.partial(rejection_sample_fast, config=fast.LARGE_BATCH_CONFIG),
+}
 
 
 def check_against_reference(inputs: dict, sample=rejection_sample) -> None:

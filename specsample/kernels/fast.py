@@ -17,19 +17,27 @@ predicted and measured in ``notes/performance.md``:
    the hardware ``lg2.approx`` (relative error ~2**-22) instead of libdevice's ``logf``. This
    moves noise values by a few ulp, so a token can differ from the reference only where two
    candidates tie to within that; the tests bound such flips as they do for ``mrv2``. Off under
-   the interpreter.
-3. **Block sizes per kernel** (``Config``), chosen by measurement on the H200
-   (``scripts/tune_fast.py``). A Philox with one 32x32->64 multiply per product instead of
-   separate high and low multiplies was tried and measured slower (notes), so the noise is
-   ``tl.rand``, as in mrv2.
+   the interpreter. A Philox with one 32x32->64 multiply per product instead of separate high
+   and low multiplies was tried and measured slower (notes), so the noise is ``tl.rand``, as in
+   mrv2.
+3. **Block sizes and grid layout per batch size** (``Config``, :func:`default_config`), chosen
+   by measurement on the H200 (``scripts/tune_fast.py``). At large R the stats and residual-mass
+   kernels run on a (R, nb) grid whose programs loop over the rows their request needs
+   (:func:`_request_stats_kernel`, :func:`_request_residual_mass_kernel`): skipped rows then
+   cost nothing, where an (N, nb) grid still launches, and retires, one program per skipped
+   row and block. At small R the (N, nb) grid and mrv2's block sizes keep more programs in
+   flight. The residual-mass kernel of the large-batch layout skips the same way: row ``j``
+   only while ``d_1..d_{j+1}`` are real (mrv2 tests only ``d_{j+1}``).
 
-Cumulative log p, residual mass, rejection and insert are ``mrv2``'s kernels, unchanged: the
-partial statistics they read are laid out the same way ([N, nb] per stats block).
+Cumulative log p, rejection and insert are ``mrv2``'s kernels, unchanged, and so is residual
+mass in the small-batch layout: the partial statistics they read are laid out the same way
+([N, nb] per stats block).
 """
 
 from __future__ import annotations
 
 import functools
+import inspect
 import os
 from dataclasses import dataclass
 
@@ -43,15 +51,18 @@ from .mrv2 import MIN_UNIFORM, _log1m
 
 @dataclass(frozen=True)
 class Config:
-    """Tunables of the fast pipeline. Defaults from ``scripts/tune_fast.py`` on the H200
-    (notes/performance.md): 2048-wide stats blocks were 5-7% faster still for sampling rows,
-    but slower than mrv2 for greedy rows; 4096 is never slower than mrv2."""
+    """Tunables of the fast pipeline; :func:`default_config` picks one by batch size, from
+    ``scripts/tune_fast.py`` on the H200 (notes/performance.md)."""
 
     stats_block: int = 4096  # vocab entries per stats / residual-mass program
     stats_warps: int = 4
     resample_block: int = 2048  # vocab entries per resample program
     resample_warps: int = 4
     fast_log: bool = True  # hardware lg2.approx for the Gumbel noise (GPU only)
+    # Stats and residual mass on a (R, nb) grid, each program looping over its request's rows
+    # (few programs, and a skipped request costs one short program per block), instead of
+    # (N, nb) with one row each (more parallel work at small R).
+    request_grid: bool = True
 
     def __post_init__(self) -> None:
         for name in ("stats_block", "resample_block"):
@@ -63,7 +74,18 @@ class Config:
                 raise ValueError(f"{name}: expected a power of two in [1, 32], got {getattr(self, name)}")
 
 
-DEFAULT_CONFIG = Config()
+# Large batches: bandwidth-bound, fewer and wider programs.
+LARGE_BATCH_CONFIG = Config()
+# Small batches: one partial wave of programs, so latency chains set the time; mrv2's block
+# sizes and the one-row-per-program grid keep every kernel as parallel as mrv2's.
+SMALL_BATCH_CONFIG = Config(stats_block=8192, stats_warps=8, resample_block=1024, resample_warps=4, request_grid=False)
+# Batches of fewer requests than this use SMALL_BATCH_CONFIG.
+SMALL_BATCH_BELOW = 32
+
+
+def default_config(num_reqs: int) -> Config:
+    """The configuration used when none is given (R is known on the host: no device sync)."""
+    return SMALL_BATCH_CONFIG if num_reqs < SMALL_BATCH_BELOW else LARGE_BATCH_CONFIG
 
 
 def _interpreted() -> bool:
@@ -90,6 +112,54 @@ def _gumbel_noise(seed, offset, FAST_LOG: tl.constexpr):
 # ---------------------------------------------------------------------------------------------
 # Kernel 1: local logits stats, only for rows something reads
 # ---------------------------------------------------------------------------------------------
+
+
+@triton.jit
+def _row_block_stats(
+    target_logits_ptr,
+    target_logits_stride,
+    draft_logits_ptr,
+    draft_logits_stride_0,
+    draft_logits_stride_1,
+    target_local_argmax_ptr,
+    target_local_max_ptr,
+    target_local_sumexp_ptr,
+    draft_local_max_ptr,
+    draft_local_sumexp_ptr,
+    local_stride,
+    vocab_size,
+    row,
+    local_pos,
+    slot,
+    temperature,
+    block,
+    HAS_DRAFT_LOGITS: tl.constexpr,
+    BLOCK_V: tl.constexpr,
+):
+    # Stats of one block of one row, exactly as mrv2's stats kernel (spec 3.2); NaN is -inf.
+    offs = block * BLOCK_V + tl.arange(0, BLOCK_V)
+    mask = offs < vocab_size
+    x = tl.load(target_logits_ptr + row * target_logits_stride + offs, mask=mask, other=float("-inf"))
+    x = x.to(tl.float32)
+    x = tl.where(x != x, float("-inf"), x)
+    block_max = tl.max(x, 0)
+    out = row * local_stride + block
+    tl.store(target_local_max_ptr + out, block_max)
+    if temperature == 0.0:
+        local_argmax = tl.argmax(x, 0, tie_break_left=True)
+        tl.store(target_local_argmax_ptr + out, block * BLOCK_V + local_argmax.to(tl.int64))
+    else:
+        e = tl.where(x == float("-inf"), 0.0, tl.exp(x - block_max))
+        tl.store(target_local_sumexp_ptr + out, tl.sum(e, 0))
+        if HAS_DRAFT_LOGITS:
+            # local_pos: int64 (the caller casts), so N*V > 2**31 is safe
+            d_ptr = draft_logits_ptr + slot * draft_logits_stride_0 + local_pos * draft_logits_stride_1
+            y = tl.load(d_ptr + offs, mask=mask, other=float("-inf")).to(tl.float32) / temperature
+            y = tl.where(y != y, float("-inf"), y)
+            d_max = tl.max(y, 0)
+            ey = tl.where(y == float("-inf"), 0.0, tl.exp(y - d_max))
+            tl.store(draft_local_max_ptr + out, d_max)
+            tl.store(draft_local_sumexp_ptr + out, tl.sum(ey, 0))
 
 
 @triton.jit
@@ -121,50 +191,160 @@ def _stats_kernel(
     K_P2: tl.constexpr,
     BLOCK_V: tl.constexpr,
 ):
+    # Grid (N, nb): one program per row and block (the small-batch layout).
     row = tl.program_id(0).to(tl.int64)
     block = tl.program_id(1)
+    # ---- is this row read? Greedy reads row j while d_1..d_j are real; the other modes while
+    # d_1..d_{j+1} are. Those drafts sit at rows row+1-i for i = 0..j (i = 0 only when not
+    # greedy). The window of K rows row+1-i, i < K, is loaded together with the row's local
+    # position and slot (three independent loads), so the check costs two dependent steps
+    # (those loads, then the temperature) before the logits. Rows outside the request are
+    # loaded but never tested.
+    i = tl.arange(0, K_P2)
+    window = row + 1 - i
+    drafts = tl.load(draft_sampled_ptr + window, mask=(i < num_speculative_steps) & (window >= 0) & (window < num_logits),
+                     other=0)  # fmt: skip
     local_pos = tl.load(expanded_local_pos_ptr + row)
+    slot = tl.load(expanded_idx_mapping_ptr + row).to(tl.int64)
     if local_pos >= num_speculative_steps:
         return  # bonus rows need no stats
-    slot = tl.load(expanded_idx_mapping_ptr + row).to(tl.int64)
     temperature = tl.load(temperature_ptr + slot)
-
-    # ---- is this row read? Drafts d_1..d_n of the request sit at rows start+1..start+n.
-    # Greedy reads row j while d_1..d_j are real; the other modes while d_1..d_{j+1} are.
-    start = row - local_pos
-    num_checked = local_pos + (temperature != 0.0).to(local_pos.dtype)
-    k = tl.arange(0, K_P2)
-    draft_rows = start + 1 + k
-    # A ragged request's bonus row (j = n < K) may look one row past the request: that row
-    # exists (or is masked at the end) and its answer does not matter, bonus rows are unread.
-    drafts = tl.load(draft_sampled_ptr + draft_rows, mask=(k < num_checked) & (draft_rows < num_logits), other=0)
-    if tl.min(drafts, 0) < 0:
+    first = (temperature == 0.0).to(tl.int32)  # greedy does not test the row's own draft
+    checked = (i >= first) & (i <= local_pos)
+    if tl.min(tl.where(checked, drafts, 0), 0) < 0:
         return
+    _row_block_stats(
+        target_logits_ptr, target_logits_stride, draft_logits_ptr, draft_logits_stride_0, draft_logits_stride_1,
+        target_local_argmax_ptr, target_local_max_ptr, target_local_sumexp_ptr,
+        draft_local_max_ptr, draft_local_sumexp_ptr, local_stride, vocab_size,
+        row, local_pos.to(tl.int64), slot, temperature, block, HAS_DRAFT_LOGITS, BLOCK_V,
+    )  # fmt: skip
 
-    # ---- one block of the target row; NaN is treated as -inf throughout (as mrv2)
+
+@triton.jit
+def _leading_real_drafts(draft_sampled_ptr, start, num_drafts, K_P2: tl.constexpr):
+    # m = number of real drafts before the request's first placeholder (num_drafts if none).
+    k = tl.arange(0, K_P2)
+    drafts = tl.load(draft_sampled_ptr + start + 1 + k, mask=k < num_drafts, other=0)
+    return tl.minimum(tl.min(tl.where(drafts < 0, k, K_P2), 0), num_drafts)
+
+
+@triton.jit
+def _request_stats_kernel(
+    # [N, V]
+    target_logits_ptr,
+    target_logits_stride,
+    # [max_num_reqs, K, V_d]
+    draft_logits_ptr,
+    draft_logits_stride_0,
+    draft_logits_stride_1,
+    # [N]
+    draft_sampled_ptr,
+    # [R + 1]
+    cu_num_logits_ptr,
+    # [R]
+    idx_mapping_ptr,
+    # [max_num_reqs]
+    temperature_ptr,
+    # [N, nb] outputs
+    target_local_argmax_ptr,
+    target_local_max_ptr,
+    target_local_sumexp_ptr,
+    draft_local_max_ptr,
+    draft_local_sumexp_ptr,
+    local_stride,
+    vocab_size,
+    HAS_DRAFT_LOGITS: tl.constexpr,
+    K_P2: tl.constexpr,
+    BLOCK_V: tl.constexpr,
+):
+    # Grid (R, nb): one program per request and block, looping over the rows something reads
+    # (the large-batch layout). A request whose rows are all skipped costs one short program
+    # per block instead of K + 1.
+    req = tl.program_id(0)
+    block = tl.program_id(1)
+    slot = tl.load(idx_mapping_ptr + req).to(tl.int64)
+    start = tl.load(cu_num_logits_ptr + req).to(tl.int64)
+    num_drafts = tl.load(cu_num_logits_ptr + req + 1).to(tl.int64) - start - 1
+    temperature = tl.load(temperature_ptr + slot)
+    m = _leading_real_drafts(draft_sampled_ptr, start, num_drafts, K_P2)
+    # Greedy reads rows 0..m (the argmax at the first placeholder), other modes rows 0..m-1;
+    # never the bonus row (j = num_drafts).
+    num_rows = tl.minimum(m + (temperature == 0.0).to(m.dtype), num_drafts)
+    for j in range(0, num_rows):
+        _row_block_stats(
+            target_logits_ptr, target_logits_stride, draft_logits_ptr, draft_logits_stride_0, draft_logits_stride_1,
+            target_local_argmax_ptr, target_local_max_ptr, target_local_sumexp_ptr,
+            draft_local_max_ptr, draft_local_sumexp_ptr, local_stride, vocab_size,
+            start + j, j, slot, temperature, block, HAS_DRAFT_LOGITS, BLOCK_V,
+        )  # fmt: skip
+
+
+# ---------------------------------------------------------------------------------------------
+# Kernel 3: residual mass, large-batch layout (block verification with draft logits)
+# ---------------------------------------------------------------------------------------------
+
+
+@triton.jit
+def _request_residual_mass_kernel(
+    # [N, V]
+    target_logits_ptr,
+    target_logits_stride,
+    # [max_num_reqs, K, V_d]
+    draft_logits_ptr,
+    draft_logits_stride_0,
+    draft_logits_stride_1,
+    # [N]
+    draft_sampled_ptr,
+    # [R + 1]
+    cu_num_logits_ptr,
+    # [R]
+    idx_mapping_ptr,
+    # [max_num_reqs]
+    temperature_ptr,
+    # [N, nb]
+    target_local_max_ptr,
+    target_local_sumexp_ptr,
+    draft_local_max_ptr,
+    draft_local_sumexp_ptr,
+    local_stride,
+    num_blocks,
+    # [N]
+    cumulative_log_p_ptr,
+    # [N, nb] output
+    local_residual_mass_ptr,
+    vocab_size,
+    K_P2: tl.constexpr,
+    BLOCK_V: tl.constexpr,
+    NUM_BLOCKS_P2: tl.constexpr,
+):
+    # Grid (R, nb). mrv2's residual mass (spec 3.4) for the rows the rejection kernel reads:
+    # row j needs Z_{j+1} when 1 <= j and d_{j+1} is real, i.e. rows 1..m-1.
+    req = tl.program_id(0)
+    block = tl.program_id(1)
+    slot = tl.load(idx_mapping_ptr + req).to(tl.int64)
+    start = tl.load(cu_num_logits_ptr + req).to(tl.int64)
+    num_drafts = tl.load(cu_num_logits_ptr + req + 1).to(tl.int64) - start - 1
+    temperature = tl.load(temperature_ptr + slot)
+    m = _leading_real_drafts(draft_sampled_ptr, start, num_drafts, K_P2)
+    if temperature == 0.0:
+        return  # greedy rows have no residual
     offs = block * BLOCK_V + tl.arange(0, BLOCK_V)
     mask = offs < vocab_size
-    x = tl.load(target_logits_ptr + row * target_logits_stride + offs, mask=mask, other=float("-inf"))
-    x = x.to(tl.float32)
-    x = tl.where(x != x, float("-inf"), x)
-    block_max = tl.max(x, 0)
-    out = row * local_stride + block
-    tl.store(target_local_max_ptr + out, block_max)
-
-    if temperature == 0.0:
-        local_argmax = tl.argmax(x, 0, tie_break_left=True)
-        tl.store(target_local_argmax_ptr + out, block * BLOCK_V + local_argmax.to(tl.int64))
-    else:
-        e = tl.where(x == float("-inf"), 0.0, tl.exp(x - block_max))
-        tl.store(target_local_sumexp_ptr + out, tl.sum(e, 0))
-        if HAS_DRAFT_LOGITS:
-            d_ptr = draft_logits_ptr + slot * draft_logits_stride_0 + local_pos.to(tl.int64) * draft_logits_stride_1
-            y = tl.load(d_ptr + offs, mask=mask, other=float("-inf")).to(tl.float32) / temperature
-            y = tl.where(y != y, float("-inf"), y)
-            d_max = tl.max(y, 0)
-            ey = tl.where(y == float("-inf"), 0.0, tl.exp(y - d_max))
-            tl.store(draft_local_max_ptr + out, d_max)
-            tl.store(draft_local_sumexp_ptr + out, tl.sum(ey, 0))
+    for j in range(1, m):
+        row = start + j
+        p_prev = tl.exp(tl.load(cumulative_log_p_ptr + row - 1))
+        lse = mrv2._global_lse(target_local_max_ptr, target_local_sumexp_ptr, row, local_stride, num_blocks,
+                               NUM_BLOCKS_P2)  # fmt: skip
+        d_lse = mrv2._global_lse(draft_local_max_ptr, draft_local_sumexp_ptr, row, local_stride, num_blocks,
+                                 NUM_BLOCKS_P2)  # fmt: skip
+        x = tl.load(target_logits_ptr + row * target_logits_stride + offs, mask=mask, other=float("-inf"))
+        x = x.to(tl.float32)
+        d_ptr = draft_logits_ptr + slot * draft_logits_stride_0 + j * draft_logits_stride_1
+        y = tl.load(d_ptr + offs, mask=mask, other=float("-inf")).to(tl.float32) / temperature
+        res = tl.maximum(p_prev * tl.exp(x - lse) - tl.exp(y - d_lse), 0.0)
+        res = tl.where(mask, res, 0.0)
+        tl.store(local_residual_mass_ptr + row * local_stride + block, tl.sum(res, 0))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -267,20 +447,34 @@ class Pipeline(mrv2.Pipeline):
 
     planted_knob = False  # planted.VARIANTS: the test-only knob slows mrv2's pipelines only
 
-    def __init__(self, *args, config: Config | None = None, use_fp64: bool = False, **kwargs) -> None:
-        kwargs.pop("placeholder_fix", None)
-        c = self.config = config or DEFAULT_CONFIG
+    def __init__(self, *args, config: Config | None = None, **kwargs) -> None:
+        arguments = inspect.signature(mrv2.Pipeline).bind_partial(*args, **kwargs).arguments
+        arguments["placeholder_fix"] = True
+        use_fp64 = arguments.get("use_fp64", False)
+        c = self.config = config or default_config(arguments["idx_mapping"].shape[0])
         super().__init__(
-            *args, use_fp64=use_fp64, placeholder_fix=True,
-            vocab_block_size=c.stats_block, block_warps=c.stats_warps,
+            **arguments, vocab_block_size=c.stats_block, block_warps=c.stats_warps,
             # fp64 noise keeps mrv2's resample kernel, with mrv2's block
-            resample_block_size=mrv2.RESAMPLE_BLOCK_SIZE if use_fp64 else c.resample_block, **kwargs,
+            resample_block_size=mrv2.RESAMPLE_BLOCK_SIZE if use_fp64 else c.resample_block,
         )  # fmt: skip
         self.fast_log = c.fast_log and self.target_logits.device.type == "cuda" and not _interpreted()
+        self.k_p2 = triton.next_power_of_2(max(self.k, 1))
 
     # ---- 1. block stats of the rows something reads
     def _stats(self) -> None:
         c = self.config
+        if c.request_grid:
+            _request_stats_kernel[(self.num_reqs, self.num_blocks)](
+                self.target_logits, self.target_logits.stride(0),
+                self.draft_arg, *self.draft_strides,
+                self.draft_sampled, self.cu_num_logits, self.idx_mapping, self.temperature,
+                self.target_local_argmax, self.target_local_max, self.target_local_sumexp,
+                self.draft_local_max, self.draft_local_sumexp, self.num_blocks,
+                self.vocab_size,
+                HAS_DRAFT_LOGITS=self.has_draft_logits, K_P2=self.k_p2,
+                BLOCK_V=c.stats_block, num_warps=c.stats_warps,
+            )  # fmt: skip
+            return
         _stats_kernel[(self.num_logits, self.num_blocks)](
             self.target_logits, self.target_logits.stride(0),
             self.draft_arg, *self.draft_strides,
@@ -288,8 +482,24 @@ class Pipeline(mrv2.Pipeline):
             self.target_local_argmax, self.target_local_max, self.target_local_sumexp,
             self.draft_local_max, self.draft_local_sumexp, self.num_blocks,
             self.num_logits, self.vocab_size, self.k,
-            HAS_DRAFT_LOGITS=self.has_draft_logits, K_P2=triton.next_power_of_2(max(self.k, 1)),
+            HAS_DRAFT_LOGITS=self.has_draft_logits, K_P2=self.k_p2,
             BLOCK_V=c.stats_block, num_warps=c.stats_warps,
+        )  # fmt: skip
+
+    # ---- 3. residual mass of the rows the rejection kernel reads (large-batch layout)
+    def _residual_mass(self) -> None:
+        c = self.config
+        if not c.request_grid:
+            return super()._residual_mass()  # mrv2's kernel, at this pipeline's block size
+        _request_residual_mass_kernel[(self.num_reqs, self.num_blocks)](
+            self.target_logits, self.target_logits.stride(0),
+            self.draft_arg, *self.draft_strides,
+            self.draft_sampled, self.cu_num_logits, self.idx_mapping, self.temperature,
+            self.target_local_max, self.target_local_sumexp, self.draft_local_max, self.draft_local_sumexp,
+            self.num_blocks, self.num_blocks,
+            self.cumulative_log_p, self.local_residual_mass,
+            self.vocab_size,
+            K_P2=self.k_p2, BLOCK_V=c.stats_block, NUM_BLOCKS_P2=self.num_blocks_p2, num_warps=c.stats_warps,
         )  # fmt: skip
 
     # ---- 5. resample with the fast logs
