@@ -4,13 +4,15 @@
 # GPU box, from the repository root, after `source scripts/gpu-env.sh`.
 set -u
 status=0
-for variant in mrv2 fast mrv2-pre50939 torch-eager; do
+# fast twice: its small-batch (row grid) and large-batch (request grid) configurations
+for run in mrv2 "fast --fast-config small" "fast --fast-config large" mrv2-pre50939 torch-eager; do
   log=$(mktemp)
+  # shellcheck disable=SC2086  # $run is a variant and its options
   timeout "${MEMCHECK_TIMEOUT:-120}" compute-sanitizer --tool memcheck --error-exitcode 1 \
-    python3 scripts/memcheck_cases.py "$variant" >"$log" 2>&1
+    python3 scripts/memcheck_cases.py $run >"$log" 2>&1
   rc=$?
   errors=$(grep -Eo 'ERROR SUMMARY: [0-9]+' "$log" | tail -1)
-  echo "$variant: rc=$rc ${errors:-no summary} $(grep 'calls on' "$log")"
+  echo "$run: rc=$rc ${errors:-no summary} $(grep 'calls on' "$log")"
   [ $rc -eq 0 ] || { status=1; grep -m 20 -E 'Invalid|ERROR|Error' "$log"; }
 done
 timeout "${MEMCHECK_TESTS_TIMEOUT:-300}" compute-sanitizer --tool memcheck --error-exitcode 1 \

@@ -14,6 +14,7 @@ import itertools
 import torch
 
 from specsample import variants
+from specsample.kernels import fast
 from specsample.workloads import Workload, make_inputs
 
 CASES = {
@@ -51,9 +52,15 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("variant", choices=[n for n in variants.names() if not n.startswith("flashinfer")])
     p.add_argument("--vocab-size", type=int, default=20000, help="20000: 3 stats blocks padded to 4")
+    p.add_argument("--fast-config", choices=("default", "small", "large"), default="default",
+                   help="fast only: force its small- or large-batch configuration at every batch size")  # fmt: skip
     args = p.parse_args()
+    if args.fast_config != "default":
+        # default_config() reads the threshold at call time
+        fast.SMALL_BATCH_BELOW = 1 << 30 if args.fast_config == "small" else 0
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    print(f"{args.variant}: {run(args.variant, device, args.vocab_size)} calls on {device} completed")
+    label = args.variant + ("" if args.fast_config == "default" else f" ({args.fast_config} config)")
+    print(f"{label}: {run(args.variant, device, args.vocab_size)} calls on {device} completed")
 
 
 if __name__ == "__main__":

@@ -8,7 +8,9 @@ For each workload it builds one :class:`specsample.kernels.fast.Pipeline` per ca
 :class:`~specsample.kernels.fast.Config` (and mrv2's pipeline as the reference), runs each once
 (so every stage finds its intermediates), then times, all interleaved in one measurement (cold
 L2, CUDA-graph replay; :mod:`specsample.timing`): the whole call of every candidate, and each
-kernel alone for mrv2 and the candidates in :data:`STAGE_CANDIDATES`. It prints one line per
+kernel alone for mrv2 and the candidates in :data:`STAGE_CANDIDATES` (on pipelines of their own,
+left before insert, whose ``num_sampled`` each insert call restores first: a stage timed on a
+pipeline that already ran insert would read tau + 1). It prints one line per
 workload and writes every median to JSON; the defaults (``fast.default_config``) are chosen
 from it by hand and recorded in ``notes/performance.md``.
 """
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import json
 import time
 
@@ -50,33 +53,53 @@ WORKLOADS = {
 }  # fmt: skip
 
 L, S = fast.LARGE_BATCH_CONFIG, fast.SMALL_BATCH_CONFIG
+ROW = dataclasses.replace(L, request_grid=False, prefetch=False)
+REQ = dataclasses.replace(L, request_grid=True, prefetch=False)
 CANDIDATES = {
-    "large": L,
-    "large-row-grid": dataclasses.replace(L, request_grid=False),  # session 2's default
-    "large-8192/8": dataclasses.replace(L, stats_block=8192, stats_warps=8),
-    "large-2048/4": dataclasses.replace(L, stats_block=2048),
-    "large-rs4096/8": dataclasses.replace(L, resample_block=4096, resample_warps=8),
+    "row-4096/4": dataclasses.replace(ROW, stats_block=4096, stats_warps=4),  # session 2's default
+    "row-2048/4": dataclasses.replace(ROW, stats_block=2048, stats_warps=4),
+    "req-2048/4": dataclasses.replace(REQ, stats_block=2048, stats_warps=4),
+    "req-2048/4-pf": dataclasses.replace(REQ, stats_block=2048, stats_warps=4, prefetch=True),
+    "req-4096/4-pf": dataclasses.replace(REQ, stats_block=4096, stats_warps=4, prefetch=True),
+    "req-2048/8-pf": dataclasses.replace(REQ, stats_block=2048, stats_warps=8, prefetch=True),
+    "req-1024/4-pf": dataclasses.replace(REQ, stats_block=1024, stats_warps=4, prefetch=True),
     "small": S,
     "small-rs512/2": dataclasses.replace(S, resample_block=512, resample_warps=2),
-    "small-request-grid": dataclasses.replace(S, request_grid=True),
 }
-STAGE_CANDIDATES = ("large", "large-row-grid", "small")
+STAGE_CANDIDATES = ("row-4096/4", "req-2048/4-pf", "small")
 CONFIG = TimingConfig(l2="cold", calls_per_sample=10, num_samples=15)
+
+
+def _restoring(pipe, tau, insert):
+    def call():
+        pipe.num_sampled.copy_(tau)  # insert turns tau into tau + 1: restore it first
+        insert()
+
+    return call
 
 
 def tune(name: str, w: Workload) -> dict[str, float]:
     copies = input_copies(w, "cold")
-    pipes = {"mrv2": [mrv2.Pipeline(**inputs) for inputs in copies]}
-    for label, config in CANDIDATES.items():
-        pipes[label] = [fast.Pipeline(**inputs, config=config) for inputs in copies]
+    factories = {"mrv2": mrv2.Pipeline, **{k: functools.partial(fast.Pipeline, config=c) for k, c in CANDIDATES.items()}}
     ops = {}
-    for label, ps in pipes.items():
-        for p in ps:
+    for label, factory in factories.items():
+        pipes = [factory(**inputs) for inputs in copies]
+        for p in pipes:
             p.run()
-        ops[f"{label}:call"] = [p.run for p in ps]
+        ops[f"{label}:call"] = [p.run for p in pipes]
         if label == "mrv2" or label in STAGE_CANDIDATES:
-            for stage, _ in ps[0].stages():
-                ops[f"{label}:{stage}"] = [dict(p.stages())[stage] for p in ps]
+            # Kernels alone, on their own pipelines left just before insert (num_sampled = tau),
+            # as specsample.measure.measure_stages does.
+            staged = [factory(**inputs) for inputs in copies]
+            for p in staged:
+                for _, stage in p.stages()[:-1]:
+                    stage()
+            taus = [p.num_sampled.clone() for p in staged]
+            for stage, _ in staged[0].stages():
+                calls = [dict(p.stages())[stage] for p in staged]
+                if stage == "insert":
+                    calls = [_restoring(p, tau, call) for p, tau, call in zip(staged, taus, calls)]
+                ops[f"{label}:{stage}"] = calls
     torch.cuda.synchronize()
     cfg = TimingConfig(CONFIG.l2, max(CONFIG.calls_per_sample, len(copies)), CONFIG.num_samples)
     out = {label: t.median * 1e6 for label, t in measure_interleaved(ops, cfg).items()}

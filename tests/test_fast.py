@@ -42,6 +42,7 @@ def _residual_rows_by_rule(inputs: dict) -> set[int]:
 LAYOUTS = {
     "row-grid": fast.Config(stats_block=128, stats_warps=2, resample_block=128, request_grid=False),
     "request-grid": fast.Config(stats_block=128, stats_warps=2, resample_block=128, request_grid=True),
+    "request-grid-prefetch": fast.Config(stats_block=128, stats_warps=2, resample_block=128, prefetch=True),
 }
 
 
@@ -61,11 +62,12 @@ def test_stats_skip_rows_after_the_first_placeholder(device, mode, layout):
     assert (~pipe.target_local_max[sorted(written)].isnan()).all()  # every block of a read row
 
 
-def test_request_grid_residual_mass_only_for_rows_the_rejection_reads(device):
+@pytest.mark.parametrize("layout", ["request-grid", "request-grid-prefetch"])
+def test_request_grid_residual_mass_only_for_rows_the_rejection_reads(device, layout):
     w = Workload(num_reqs=16, num_speculative_steps=4, vocab_size=300, mode="block", placeholder_pattern="random",
                  placeholder_density=0.3, greedy_fraction=0.25, seed=11)  # fmt: skip
     inputs = make_inputs(w, device=device)
-    pipe = fast.Pipeline(**inputs, config=LAYOUTS["request-grid"])
+    pipe = fast.Pipeline(**inputs, config=LAYOUTS[layout])
     pipe._stats()
     pipe._cumulative_log_p()
     pipe.local_residual_mass.fill_(float("nan"))
@@ -100,8 +102,9 @@ def test_default_config_follows_the_batch_size(device):
         fast.Config(stats_block=256, stats_warps=2, resample_block=128, resample_warps=1),
         fast.Config(stats_block=128, resample_block=512, fast_log=False),
         fast.Config(stats_block=128, stats_warps=2, resample_block=256, request_grid=False),
+        fast.Config(stats_block=256, stats_warps=2, resample_block=128, prefetch=True),
     ],
-    ids=["small-blocks", "narrow-stats", "row-grid"],
+    ids=["small-blocks", "narrow-stats", "row-grid", "prefetch"],
 )
 @pytest.mark.parametrize("mode,draft", [("greedy", "logits"), ("standard", "logits"), ("block", "logits"),
                                         ("block", "one-hot")])  # fmt: skip

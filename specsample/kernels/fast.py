@@ -63,6 +63,8 @@ class Config:
     # (few programs, and a skipped request costs one short program per block), instead of
     # (N, nb) with one row each (more parallel work at small R).
     request_grid: bool = True
+    # Request grid only: each program loads row j+1 before reducing row j.
+    prefetch: bool = False
 
     def __post_init__(self) -> None:
         for name in ("stats_block", "resample_block"):
@@ -115,35 +117,54 @@ def _gumbel_noise(seed, offset, FAST_LOG: tl.constexpr):
 
 
 @triton.jit
-def _row_block_stats(
+def _load_row_block(
     target_logits_ptr,
     target_logits_stride,
     draft_logits_ptr,
     draft_logits_stride_0,
     draft_logits_stride_1,
+    row,
+    local_pos,
+    slot,
+    temperature,
+    offs,
+    limit,
+    HAS_DRAFT_LOGITS: tl.constexpr,
+):
+    # One block (entries offs < limit) of a target row and, for a sampling row with draft
+    # logits, of its draft row (divided by T); NaN is -inf (as mrv2). Row indices are int64
+    # (the caller casts), so N*V > 2**31 is safe. limit 0 loads nothing.
+    x = tl.load(target_logits_ptr + row * target_logits_stride + offs, mask=offs < limit, other=float("-inf"))
+    x = x.to(tl.float32)
+    x = tl.where(x != x, float("-inf"), x)
+    if HAS_DRAFT_LOGITS:
+        d_ptr = draft_logits_ptr + slot * draft_logits_stride_0 + local_pos * draft_logits_stride_1
+        d_limit = tl.where(temperature != 0.0, limit, 0)
+        y = tl.load(d_ptr + offs, mask=offs < d_limit, other=float("-inf")).to(tl.float32)
+        y = y / tl.where(temperature != 0.0, temperature, 1.0)
+        y = tl.where(y != y, float("-inf"), y)
+    else:
+        y = x
+    return x, y
+
+
+@triton.jit
+def _store_block_stats(
+    x,
+    y,
     target_local_argmax_ptr,
     target_local_max_ptr,
     target_local_sumexp_ptr,
     draft_local_max_ptr,
     draft_local_sumexp_ptr,
-    local_stride,
-    vocab_size,
-    row,
-    local_pos,
-    slot,
-    temperature,
+    out,
     block,
+    temperature,
     HAS_DRAFT_LOGITS: tl.constexpr,
     BLOCK_V: tl.constexpr,
 ):
-    # Stats of one block of one row, exactly as mrv2's stats kernel (spec 3.2); NaN is -inf.
-    offs = block * BLOCK_V + tl.arange(0, BLOCK_V)
-    mask = offs < vocab_size
-    x = tl.load(target_logits_ptr + row * target_logits_stride + offs, mask=mask, other=float("-inf"))
-    x = x.to(tl.float32)
-    x = tl.where(x != x, float("-inf"), x)
+    # The stats of one loaded block, exactly as mrv2's stats kernel (spec 3.2).
     block_max = tl.max(x, 0)
-    out = row * local_stride + block
     tl.store(target_local_max_ptr + out, block_max)
     if temperature == 0.0:
         local_argmax = tl.argmax(x, 0, tie_break_left=True)
@@ -152,10 +173,6 @@ def _row_block_stats(
         e = tl.where(x == float("-inf"), 0.0, tl.exp(x - block_max))
         tl.store(target_local_sumexp_ptr + out, tl.sum(e, 0))
         if HAS_DRAFT_LOGITS:
-            # local_pos: int64 (the caller casts), so N*V > 2**31 is safe
-            d_ptr = draft_logits_ptr + slot * draft_logits_stride_0 + local_pos * draft_logits_stride_1
-            y = tl.load(d_ptr + offs, mask=mask, other=float("-inf")).to(tl.float32) / temperature
-            y = tl.where(y != y, float("-inf"), y)
             d_max = tl.max(y, 0)
             ey = tl.where(y == float("-inf"), 0.0, tl.exp(y - d_max))
             tl.store(draft_local_max_ptr + out, d_max)
@@ -196,28 +213,31 @@ def _stats_kernel(
     block = tl.program_id(1)
     # ---- is this row read? Greedy reads row j while d_1..d_j are real; the other modes while
     # d_1..d_{j+1} are. Those drafts sit at rows row+1-i for i = 0..j (i = 0 only when not
-    # greedy). The window of K rows row+1-i, i < K, is loaded together with the row's local
-    # position and slot (three independent loads), so the check costs two dependent steps
-    # (those loads, then the temperature) before the logits. Rows outside the request are
-    # loaded but never tested.
-    i = tl.arange(0, K_P2)
-    window = row + 1 - i
-    drafts = tl.load(draft_sampled_ptr + window, mask=(i < num_speculative_steps) & (window >= 0) & (window < num_logits),
-                     other=0)  # fmt: skip
+    # greedy). The K rows row+1-i, i < K, are loaded as scalars together with the row's local
+    # position and slot (independent loads, no cross-warp reduction), so the check costs two
+    # dependent steps (those loads, then the temperature) before the logits. Rows outside the
+    # request are loaded but never tested.
     local_pos = tl.load(expanded_local_pos_ptr + row)
     slot = tl.load(expanded_idx_mapping_ptr + row).to(tl.int64)
+    d0 = tl.load(draft_sampled_ptr + row + 1, mask=row + 1 < num_logits, other=0)
+    before = 0  # placeholders among d at rows row+1-i, 1 <= i <= local_pos
+    for i in tl.static_range(1, K_P2):
+        d = tl.load(draft_sampled_ptr + row + 1 - i, mask=(i < num_speculative_steps) & (row + 1 - i >= 0), other=0)
+        before += ((d < 0) & (i <= local_pos)).to(tl.int32)
     if local_pos >= num_speculative_steps:
         return  # bonus rows need no stats
     temperature = tl.load(temperature_ptr + slot)
-    first = (temperature == 0.0).to(tl.int32)  # greedy does not test the row's own draft
-    checked = (i >= first) & (i <= local_pos)
-    if tl.min(tl.where(checked, drafts, 0), 0) < 0:
+    if (before > 0) | ((temperature != 0.0) & (d0 < 0)):
         return
-    _row_block_stats(
+    offs = block * BLOCK_V + tl.arange(0, BLOCK_V)
+    x, y = _load_row_block(
         target_logits_ptr, target_logits_stride, draft_logits_ptr, draft_logits_stride_0, draft_logits_stride_1,
-        target_local_argmax_ptr, target_local_max_ptr, target_local_sumexp_ptr,
-        draft_local_max_ptr, draft_local_sumexp_ptr, local_stride, vocab_size,
-        row, local_pos.to(tl.int64), slot, temperature, block, HAS_DRAFT_LOGITS, BLOCK_V,
+        row, local_pos.to(tl.int64), slot, temperature, offs, vocab_size, HAS_DRAFT_LOGITS,
+    )  # fmt: skip
+    _store_block_stats(
+        x, y, target_local_argmax_ptr, target_local_max_ptr, target_local_sumexp_ptr,
+        draft_local_max_ptr, draft_local_sumexp_ptr, row * local_stride + block, block, temperature,
+        HAS_DRAFT_LOGITS, BLOCK_V,
     )  # fmt: skip
 
 
@@ -257,10 +277,12 @@ def _request_stats_kernel(
     HAS_DRAFT_LOGITS: tl.constexpr,
     K_P2: tl.constexpr,
     BLOCK_V: tl.constexpr,
+    PREFETCH: tl.constexpr,
 ):
     # Grid (R, nb): one program per request and block, looping over the rows something reads
     # (the large-batch layout). A request whose rows are all skipped costs one short program
-    # per block instead of K + 1.
+    # per block instead of K + 1. PREFETCH loads row j+1 before reducing row j (two rows in
+    # flight per program).
     req = tl.program_id(0)
     block = tl.program_id(1)
     slot = tl.load(idx_mapping_ptr + req).to(tl.int64)
@@ -271,12 +293,29 @@ def _request_stats_kernel(
     # Greedy reads rows 0..m (the argmax at the first placeholder), other modes rows 0..m-1;
     # never the bonus row (j = num_drafts).
     num_rows = tl.minimum(m + (temperature == 0.0).to(m.dtype), num_drafts)
-    for j in range(0, num_rows):
-        _row_block_stats(
+    offs = block * BLOCK_V + tl.arange(0, BLOCK_V)
+    if PREFETCH:
+        x_next, y_next = _load_row_block(
             target_logits_ptr, target_logits_stride, draft_logits_ptr, draft_logits_stride_0, draft_logits_stride_1,
-            target_local_argmax_ptr, target_local_max_ptr, target_local_sumexp_ptr,
-            draft_local_max_ptr, draft_local_sumexp_ptr, local_stride, vocab_size,
-            start + j, j, slot, temperature, block, HAS_DRAFT_LOGITS, BLOCK_V,
+            start, 0, slot, temperature, offs, tl.where(num_rows > 0, vocab_size, 0), HAS_DRAFT_LOGITS,
+        )  # fmt: skip
+    for j in range(0, num_rows):
+        row = start + j
+        if PREFETCH:
+            x, y = x_next, y_next
+            x_next, y_next = _load_row_block(
+                target_logits_ptr, target_logits_stride, draft_logits_ptr, draft_logits_stride_0, draft_logits_stride_1,
+                row + 1, j + 1, slot, temperature, offs, tl.where(j + 1 < num_rows, vocab_size, 0), HAS_DRAFT_LOGITS,
+            )  # fmt: skip
+        else:
+            x, y = _load_row_block(
+                target_logits_ptr, target_logits_stride, draft_logits_ptr, draft_logits_stride_0, draft_logits_stride_1,
+                row, j, slot, temperature, offs, vocab_size, HAS_DRAFT_LOGITS,
+            )  # fmt: skip
+        _store_block_stats(
+            x, y, target_local_argmax_ptr, target_local_max_ptr, target_local_sumexp_ptr,
+            draft_local_max_ptr, draft_local_sumexp_ptr, row * local_stride + block, block, temperature,
+            HAS_DRAFT_LOGITS, BLOCK_V,
         )  # fmt: skip
 
 
@@ -317,6 +356,7 @@ def _request_residual_mass_kernel(
     K_P2: tl.constexpr,
     BLOCK_V: tl.constexpr,
     NUM_BLOCKS_P2: tl.constexpr,
+    PREFETCH: tl.constexpr,
 ):
     # Grid (R, nb). mrv2's residual mass (spec 3.4) for the rows the rejection kernel reads:
     # row j needs Z_{j+1} when 1 <= j and d_{j+1} is real, i.e. rows 1..m-1.
@@ -331,18 +371,28 @@ def _request_residual_mass_kernel(
         return  # greedy rows have no residual
     offs = block * BLOCK_V + tl.arange(0, BLOCK_V)
     mask = offs < vocab_size
+    d_base = draft_logits_ptr + slot * draft_logits_stride_0 + offs
+    if PREFETCH:
+        first = offs < tl.where(m > 1, vocab_size, 0)
+        x_next = tl.load(target_logits_ptr + (start + 1) * target_logits_stride + offs, mask=first, other=float("-inf"))
+        y_next = tl.load(d_base + draft_logits_stride_1, mask=first, other=float("-inf"))
     for j in range(1, m):
         row = start + j
+        if PREFETCH:
+            x, y = x_next, y_next
+            following = offs < tl.where(j + 1 < m, vocab_size, 0)
+            x_next = tl.load(target_logits_ptr + (row + 1) * target_logits_stride + offs, mask=following,
+                             other=float("-inf"))  # fmt: skip
+            y_next = tl.load(d_base + (j + 1) * draft_logits_stride_1, mask=following, other=float("-inf"))
+        else:
+            x = tl.load(target_logits_ptr + row * target_logits_stride + offs, mask=mask, other=float("-inf"))
+            y = tl.load(d_base + j * draft_logits_stride_1, mask=mask, other=float("-inf"))
         p_prev = tl.exp(tl.load(cumulative_log_p_ptr + row - 1))
         lse = mrv2._global_lse(target_local_max_ptr, target_local_sumexp_ptr, row, local_stride, num_blocks,
                                NUM_BLOCKS_P2)  # fmt: skip
         d_lse = mrv2._global_lse(draft_local_max_ptr, draft_local_sumexp_ptr, row, local_stride, num_blocks,
                                  NUM_BLOCKS_P2)  # fmt: skip
-        x = tl.load(target_logits_ptr + row * target_logits_stride + offs, mask=mask, other=float("-inf"))
-        x = x.to(tl.float32)
-        d_ptr = draft_logits_ptr + slot * draft_logits_stride_0 + j * draft_logits_stride_1
-        y = tl.load(d_ptr + offs, mask=mask, other=float("-inf")).to(tl.float32) / temperature
-        res = tl.maximum(p_prev * tl.exp(x - lse) - tl.exp(y - d_lse), 0.0)
+        res = tl.maximum(p_prev * tl.exp(x.to(tl.float32) - lse) - tl.exp(y.to(tl.float32) / temperature - d_lse), 0.0)
         res = tl.where(mask, res, 0.0)
         tl.store(local_residual_mass_ptr + row * local_stride + block, tl.sum(res, 0))
 
@@ -472,7 +522,7 @@ class Pipeline(mrv2.Pipeline):
                 self.draft_local_max, self.draft_local_sumexp, self.num_blocks,
                 self.vocab_size,
                 HAS_DRAFT_LOGITS=self.has_draft_logits, K_P2=self.k_p2,
-                BLOCK_V=c.stats_block, num_warps=c.stats_warps,
+                BLOCK_V=c.stats_block, PREFETCH=c.prefetch, num_warps=c.stats_warps,
             )  # fmt: skip
             return
         _stats_kernel[(self.num_logits, self.num_blocks)](
@@ -499,7 +549,8 @@ class Pipeline(mrv2.Pipeline):
             self.num_blocks, self.num_blocks,
             self.cumulative_log_p, self.local_residual_mass,
             self.vocab_size,
-            K_P2=self.k_p2, BLOCK_V=c.stats_block, NUM_BLOCKS_P2=self.num_blocks_p2, num_warps=c.stats_warps,
+            K_P2=self.k_p2, BLOCK_V=c.stats_block, NUM_BLOCKS_P2=self.num_blocks_p2, PREFETCH=c.prefetch,
+            num_warps=c.stats_warps,
         )  # fmt: skip
 
     # ---- 5. resample with the fast logs
