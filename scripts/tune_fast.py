@@ -53,20 +53,14 @@ WORKLOADS = {
 }  # fmt: skip
 
 L, S = fast.LARGE_BATCH_CONFIG, fast.SMALL_BATCH_CONFIG
-ROW = dataclasses.replace(L, request_grid=False, prefetch=False)
-REQ = dataclasses.replace(L, request_grid=True, prefetch=False)
 CANDIDATES = {
-    "row-4096/4": dataclasses.replace(ROW, stats_block=4096, stats_warps=4),  # session 2's default
-    "row-2048/4": dataclasses.replace(ROW, stats_block=2048, stats_warps=4),
-    "req-2048/4": dataclasses.replace(REQ, stats_block=2048, stats_warps=4),
-    "req-2048/4-pf": dataclasses.replace(REQ, stats_block=2048, stats_warps=4, prefetch=True),
-    "req-4096/4-pf": dataclasses.replace(REQ, stats_block=4096, stats_warps=4, prefetch=True),
-    "req-2048/8-pf": dataclasses.replace(REQ, stats_block=2048, stats_warps=8, prefetch=True),
-    "req-1024/4-pf": dataclasses.replace(REQ, stats_block=1024, stats_warps=4, prefetch=True),
+    "large": L,
+    "large-2048/4": dataclasses.replace(L, stats_block=2048, stats_warps=4),
+    "large-8192/8": dataclasses.replace(L, stats_block=8192, stats_warps=8),
     "small": S,
     "small-rs512/2": dataclasses.replace(S, resample_block=512, resample_warps=2),
 }
-STAGE_CANDIDATES = ("row-4096/4", "req-2048/4-pf", "small")
+STAGE_CANDIDATES = ("large", "small")
 CONFIG = TimingConfig(l2="cold", calls_per_sample=10, num_samples=15)
 
 

@@ -174,11 +174,11 @@ def test_kernel_matches_reference_on_random_batches(device, mode, data):
     check_against_reference(_apply(make_inputs(w, device=device), w, x), SAMPLERS[sampler])
 
 
-# fast in both layouts: its small-batch default at these sizes and the large-batch request grid
+# fast in both configurations: its small-batch default at these sizes, and the large-batch one
 SAMPLERS = {
     "mrv2": rejection_sample,
     "fast": rejection_sample_fast,
-    "fast-request-grid": functools.partial(rejection_sample_fast, config=fast.LARGE_BATCH_CONFIG),
+    "fast-large-config": functools.partial(rejection_sample_fast, config=fast.LARGE_BATCH_CONFIG),
 }
 
 

@@ -8,15 +8,12 @@ workload, never zeros. Distribution-level checks of the sampling law live in
 
 from __future__ import annotations
 
-import functools
-
 import pytest
 import torch
 from batches import emitted, first_placeholder, split_requests, trial_batch, truncate_at_placeholders
 from conftest import gpu
 
 from specsample import reference, rejection_sample
-from specsample.kernels import fast
 from specsample.kernels.fast import rejection_sample_fast
 from specsample.workloads import Workload, make_inputs
 
@@ -26,14 +23,8 @@ K = 3
 
 
 # Every test runs on each Triton sampler: mrv2 (the upstream design) and fast (same algorithm
-# and random numbers, less work); both must reproduce the reference. fast runs in both of its
-# layouts: its default at these small batches (one program per row and block) and the
-# large-batch one (one program per request and block, looping over the request's rows).
-SAMPLERS = {
-    "mrv2": rejection_sample,
-    "fast": rejection_sample_fast,
-    "fast-request-grid": functools.partial(rejection_sample_fast, config=fast.LARGE_BATCH_CONFIG),
-}
+# and random numbers, less work); both must reproduce the reference.
+SAMPLERS = {"mrv2": rejection_sample, "fast": rejection_sample_fast}
 
 
 @pytest.fixture(params=list(SAMPLERS))
