@@ -313,7 +313,8 @@ def matrix_markdown(runs: list[Run], calibration: Calibration | None, opts, head
         f"HEAD `{head[:8]}` ({head_how}); tier `{opts.tier}`"
         + (f", sweeps {', '.join(opts.sweep)}" if opts.sweep else "")
         + (f", variants {', '.join(opts.variant)}" if opts.variant else "")
-        + f"; {opts.samples} samples a side; alpha {opts.alpha:g}, min_effect {100 * opts.min_effect:g}%; "
+        + f"; {opts.samples} samples a side; alpha {opts.alpha:g}, min_effect {100 * opts.min_effect:g}%, "
+        + f"min_abs {opts.min_abs_seconds * 1e6:g} us; "
         f"machine `{opts.machine}`{' (SMOKE: CPU interpreter, host timer; detection meaningless)' if opts.smoke else ''}; "
         f"{elapsed:.0f} s so far.",
         "",
@@ -417,6 +418,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--machine", default=os.environ.get("SPECSAMPLE_MACHINE", "h200"))
     p.add_argument("--alpha", type=float, default=0.002)
     p.add_argument("--min-effect", type=float, help="default: specsample.signoff.PAIRED_MIN_EFFECT")
+    p.add_argument("--min-abs-us", type=float, help="default: specsample.signoff.PAIRED_MIN_ABS_SECONDS in us")
     p.add_argument("--smoke", action="store_true", help="CPU: Triton interpreter, tiny shapes, host timer")
     opts = p.parse_args(argv)
     opts.targets = tuple(sorted(opts.targets))
@@ -448,6 +450,7 @@ def main(argv: list[str] | None = None) -> int:
     from specsample import paired, signoff
 
     opts.min_effect = signoff.PAIRED_MIN_EFFECT if opts.min_effect is None else opts.min_effect
+    opts.min_abs_seconds = signoff.PAIRED_MIN_ABS_SECONDS if opts.min_abs_us is None else opts.min_abs_us * 1e-6
     repo = opts.repo.resolve()
     if opts.smoke:
         make_sampler = functools.partial(paired.host_sampler, warmup=0)
@@ -487,6 +490,7 @@ def main(argv: list[str] | None = None) -> int:
             run.result = paired.signoff_commits(
                 repo, head, run.head, tier=opts.tier, sweeps=opts.sweep, variants=opts.variant,
                 samples=opts.samples, machine=opts.machine, alpha=opts.alpha, min_effect=opts.min_effect,
+                min_abs_seconds=opts.min_abs_seconds,
                 device=opts.device, l2=opts.l2, make_sampler=make_sampler, environment=environment, log=log,
             )  # fmt: skip
         except Exception as exc:  # noqa: BLE001 - recorded in the matrix; the other runs go on

@@ -159,7 +159,9 @@ def cmd_signoff(args: argparse.Namespace) -> int:
         df = df[df["metric"] == "time_sample"]
         base, head = args.variants
         min_effect = signoff.ASV_MIN_EFFECT if args.min_effect is None else args.min_effect
-        verdicts = signoff.compare_variants(df, base, head, alpha=args.alpha, min_effect=min_effect)
+        min_abs = 0.0 if args.min_abs_us is None else args.min_abs_us * 1e-6
+        verdicts = signoff.compare_variants(df, base, head, alpha=args.alpha, min_effect=min_effect,
+                                            min_abs_seconds=min_abs)  # fmt: skip
         report = signoff.report_markdown(verdicts, machine_environment(df),
                                          title=f"specsample sign-off: {head} vs {base}")  # fmt: skip
         code = signoff.exit_code(verdicts)
@@ -174,10 +176,12 @@ def cmd_signoff(args: argparse.Namespace) -> int:
             print("specsample signoff: BASE HEAD needs a CUDA GPU", file=sys.stderr)
             return 2
         min_effect = signoff.PAIRED_MIN_EFFECT if args.min_effect is None else args.min_effect
+        min_abs = signoff.PAIRED_MIN_ABS_SECONDS if args.min_abs_us is None else args.min_abs_us * 1e-6
         try:
             result = signoff_commits(_repo_root(), args.base, args.head, tier=args.tier, sweeps=args.sweep,
                                      samples=args.samples or DEFAULT_SAMPLES, machine=args.machine, alpha=args.alpha,
-                                     min_effect=min_effect, log=lambda line: print(line, flush=True))  # fmt: skip
+                                     min_effect=min_effect, min_abs_seconds=min_abs,
+                                     log=lambda line: print(line, flush=True))  # fmt: skip
         except (CheckoutError, ValueError) as exc:
             print(f"specsample signoff: {exc}", file=sys.stderr)
             return 2
@@ -257,6 +261,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--alpha", type=float, default=0.002)
     s.add_argument("--min-effect", type=float, default=None,
                    help="smallest relative change that counts (default 0.02 for BASE HEAD, 0.05 for --variants)")
+    s.add_argument("--min-abs-us", type=float, default=None,
+                   help="time points must also change by more than this many us (default 0.5 for BASE HEAD, "
+                        "0 for --variants)")  # fmt: skip
     s.add_argument("--machine", default=DEFAULT_MACHINE)
     s.add_argument("--report", help="also write the markdown report here")
     s.set_defaults(func=cmd_signoff)

@@ -535,6 +535,7 @@ def signoff_commits(
     machine: str = "unknown",
     alpha: float = 0.002,
     min_effect: float = signoff.PAIRED_MIN_EFFECT,
+    min_abs_seconds: float = signoff.PAIRED_MIN_ABS_SECONDS,
     device: str = "cuda",
     l2: str = "cold",
     make_sampler: MakeSampler | None = None,
@@ -560,7 +561,7 @@ def signoff_commits(
         frame = measure_paired(*sides, tier=tier, sweeps=sweeps, variants=variants, samples=samples,
                                machine=machine, device=device, l2=l2, make_sampler=make_sampler,
                                environment=environment, log=log)  # fmt: skip
-    verdicts = signoff.compare(*split_sides(frame), alpha=alpha, min_effect=min_effect)
+    verdicts = signoff.compare(*split_sides(frame), alpha=alpha, min_effect=min_effect, min_abs_seconds=min_abs_seconds)
     seconds = time.monotonic() - start
     title = f"specsample sign-off: {head_sha[:8]} vs {base_sha[:8]}"
     report = signoff.report_markdown(verdicts, machine_environment(frame), title=title)

@@ -23,6 +23,13 @@ Two defaults for ``min_effect``, because the drift depends on how the two sides 
 * :data:`ASV_MIN_EFFECT` = 5% (asv's own) for results measured in separate processes (committed
   asv results, ``--variants``): there the same kernel differs by up to ~6% between processes on
   the H200, so a smaller threshold would flag noise.
+
+Time points must also move by more than ``min_abs_seconds`` (:data:`PAIRED_MIN_ABS_SECONDS` =
+0.5 us for the paired sign-off). Base and head run on separate buffers and graph instances,
+and that placement alone offsets a point by a roughly constant few hundred nanoseconds: in
+the H200 validation of the whole quick tier (5 A/A runs, 90 points) the same code differed by
+up to 0.39 us, 3.2% of an 11.9 us point, at p < 1e-8, while no point of 30 us or more moved
+by 1.4%. A relative threshold alone therefore cries wolf on the smallest points only.
 """
 
 from __future__ import annotations
@@ -53,6 +60,10 @@ TESTS: tuple[str, ...] = ("mann-whitney", "ci-overlap", "ratio-only", "none")
 # min_effect defaults (module docstring): paired in-process sign-off, separate-process results.
 PAIRED_MIN_EFFECT = 0.02
 ASV_MIN_EFFECT = 0.05
+# Absolute floor for time points of the paired sign-off (module docstring); 0 disables it.
+PAIRED_MIN_ABS_SECONDS = 0.5e-6
+# Time units a point's change can be measured in, as seconds per unit.
+TIME_UNITS: dict[str, float] = {"seconds": 1.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
 
 # Metrics where a larger value is better. asv itself assumes lower is better for everything,
 # which would flag a rise in achieved bandwidth as a regression.
@@ -82,6 +93,7 @@ def compare(
     *,
     alpha: float = 0.002,
     min_effect: float = ASV_MIN_EFFECT,
+    min_abs_seconds: float = 0.0,
     key_columns: Collection[str] | None = None,
     higher_is_better: Collection[str] = HIGHER_IS_BETTER,
 ) -> pd.DataFrame:
@@ -97,6 +109,9 @@ def compare(
         Smallest relative change that counts: regression iff significant and
         ``ratio > 1 + min_effect``; improvement iff significant and
         ``ratio < 1 / (1 + min_effect)`` (mirrored for ``higher_is_better`` metrics).
+    min_abs_seconds : float
+        For points in a time unit (:data:`TIME_UNITS`): a change of at most this many seconds
+        is ``unchanged`` whatever its ratio and significance. 0 (default) disables it.
     key_columns : collection of str, optional
         Columns that identify a point. Default: machine, benchmark, every parameter column
         (the known ones and any extra axis present in both frames).
@@ -116,8 +131,8 @@ def compare(
     """
     key = list(key_columns) if key_columns is not None else default_key(base, head)
     pairs = _pair(base, head, key)
-    verdicts = _judge(pairs, key, alpha, min_effect, higher_is_better)
-    verdicts.attrs["thresholds"] = {"alpha": alpha, "min_effect": min_effect}
+    verdicts = _judge(pairs, key, alpha, min_effect, min_abs_seconds, higher_is_better)
+    verdicts.attrs["thresholds"] = {"alpha": alpha, "min_effect": min_effect, "min_abs_seconds": min_abs_seconds}
     return verdicts
 
 
@@ -128,6 +143,7 @@ def compare_variants(
     *,
     alpha: float = 0.002,
     min_effect: float = ASV_MIN_EFFECT,
+    min_abs_seconds: float = 0.0,
     key_columns: Collection[str] | None = None,
     higher_is_better: Collection[str] = HIGHER_IS_BETTER,
 ) -> pd.DataFrame:
@@ -143,8 +159,8 @@ def compare_variants(
         key = [c for c in key_columns if c != "variant"]
     base = df[df["variant"] == base_variant]
     head = df[df["variant"] == head_variant]
-    verdicts = compare(base, head, alpha=alpha, min_effect=min_effect, key_columns=key,
-                       higher_is_better=higher_is_better)
+    verdicts = compare(base, head, alpha=alpha, min_effect=min_effect, min_abs_seconds=min_abs_seconds,
+                       key_columns=key, higher_is_better=higher_is_better)  # fmt: skip
     verdicts.insert(len(key), "base_variant", base_variant)
     verdicts.insert(len(key) + 1, "head_variant", head_variant)
     return verdicts
@@ -184,6 +200,7 @@ def _judge(
     key: list[str],
     alpha: float,
     min_effect: float,
+    min_abs_seconds: float,
     higher_is_better: Collection[str],
 ) -> pd.DataFrame:
     out = pairs[key].copy()
@@ -201,12 +218,16 @@ def _judge(
     out["significant"] = np.array([t[2] for t in tests], dtype=bool)
     out["base_rel_iqr"] = relative_iqr(_side(pairs, "base"))
     out["head_rel_iqr"] = relative_iqr(_side(pairs, "head"))
+    # Below the absolute floor: a time point whose change is at most min_abs_seconds.
+    per_unit = pd.to_numeric(out["unit"].map(TIME_UNITS), errors="coerce") if "unit" in out else np.nan
+    change_seconds = (out["head_value"] - out["base_value"]).abs() * per_unit
+    tiny = (change_seconds <= min_abs_seconds).fillna(False).to_numpy(dtype=bool) & (min_abs_seconds > 0)
     out["verdict"] = pd.array(
         [
-            _verdict(merge, bs, hs, ratio, significant, metric in higher_is_better, min_effect)
-            for merge, bs, hs, ratio, significant, metric in zip(
+            _verdict(merge, bs, hs, ratio, significant and not small, metric in higher_is_better, min_effect)
+            for merge, bs, hs, ratio, significant, small, metric in zip(
                 pairs["_merge"], pairs["base_status"], pairs["head_status"], out["ratio"],
-                out["significant"], out["metric"],
+                out["significant"], tiny, out["metric"],
             )
         ],
         dtype="str",
@@ -416,8 +437,10 @@ def _thresholds_line(verdicts: pd.DataFrame) -> str:
     t = verdicts.attrs.get("thresholds")
     if not t:
         return ""
+    floor = t.get("min_abs_seconds") or 0.0
+    also = f" and by more than {floor * 1e6:g} µs for times" if floor > 0 else ""
     return (f"A regression is a change significant at p < {t['alpha']:g} (Mann-Whitney U, or "
-            f"non-overlapping 99% CIs) and worse by more than {100 * t['min_effect']:g}%.")
+            f"non-overlapping 99% CIs) and worse by more than {100 * t['min_effect']:g}%{also}.")
 
 
 def _table_section(

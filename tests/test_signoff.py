@@ -245,3 +245,46 @@ def test_fixture_planted_kernel_step_is_a_regression(fixture_df):
     assert set(out[out.metric == "time_sample"].test) <= {"ci-overlap", "mann-whitney", "none"}
     text = report_markdown(out, machine_environment(fixture_df, commit=commits[2]))
     assert "### Failed" in text and "NVIDIA H200 (hand-written fixture)" in text
+
+
+# ---------------------------------------------------------------------------------------------
+# Absolute floor for time points (the paired sign-off's placement offset)
+# ---------------------------------------------------------------------------------------------
+
+
+def test_absolute_floor_keeps_a_sub_microsecond_shift_of_a_tiny_point_unchanged():
+    """The H200 A/A case: +3% of an 11.6 us point (0.35 us), significant, same code."""
+    base = _frame([_point("b", _lognormal(seed=21, median=11.6e-6, sigma=0.002))])
+    head = _frame([_point("h", _lognormal(seed=22, median=11.6e-6 * 1.03, sigma=0.002))])
+    strict = compare(base, head, min_effect=signoff.PAIRED_MIN_EFFECT)
+    assert strict.verdict.tolist() == ["regression"] and strict.significant.iloc[0]
+    floored = compare(base, head, min_effect=signoff.PAIRED_MIN_EFFECT,
+                      min_abs_seconds=signoff.PAIRED_MIN_ABS_SECONDS)  # fmt: skip
+    assert floored.verdict.tolist() == ["unchanged"] and floored.significant.iloc[0]
+    assert exit_code(floored) == 0
+    assert "0.5 µs" in report_markdown(floored)
+
+
+def test_absolute_floor_still_flags_a_five_percent_regression_of_a_25_us_point():
+    base = _frame([_point("b", _lognormal(seed=23, median=25e-6, sigma=0.002))])
+    head = _frame([_point("h", _lognormal(seed=24, median=25e-6 * 1.05, sigma=0.002))])  # +1.25 us
+    out = compare(base, head, min_effect=signoff.PAIRED_MIN_EFFECT, min_abs_seconds=signoff.PAIRED_MIN_ABS_SECONDS)
+    assert out.verdict.tolist() == ["regression"]
+    # and the improvement side is floored the same way
+    out = compare(head, base, min_effect=signoff.PAIRED_MIN_EFFECT, min_abs_seconds=2e-6)
+    assert out.verdict.tolist() == ["unchanged"]
+
+
+def test_absolute_floor_ignores_points_not_in_a_time_unit():
+    """A fraction moving by 0.05 is not 0.05 seconds: the floor applies to time units only."""
+    bench = "bench_sampler.NightlyBatchDerived.track_bandwidth_fraction"
+    base = _frame([_point("b", value=0.50, benchmark=bench)])
+    head = _frame([_point("h", value=0.40, benchmark=bench)])
+    out = compare(base, head, min_abs_seconds=1.0)
+    assert out.verdict.tolist() == ["regression"]  # ratio-only for track_*, and not floored
+    latency = "bench_sampler.NightlyBatchDerived.track_latency_us"
+    us = (_frame([_point("b", value=20.0, benchmark=latency)]).assign(unit="us"),
+          _frame([_point("h", value=20.4, benchmark=latency)]).assign(unit="us"))  # +0.4 us, +2%
+    out = compare(*us, min_effect=0.01, min_abs_seconds=0.5e-6)
+    assert out.verdict.tolist() == ["unchanged"]
+    assert compare(*us, min_effect=0.01).verdict.tolist() == ["regression"]
