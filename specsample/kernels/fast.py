@@ -142,8 +142,8 @@ def _stats_kernel(
     # d_1..d_{j+1} are. Those drafts sit at rows row+1-i for i = 0..j (i = 0 only when not
     # greedy). They are loaded as scalars together with the row's local position and slot
     # (independent loads, no cross-warp reduction); a placeholder among d_1..d_j skips the row
-    # in every mode, before the temperature is even loaded. Rows outside the request are loaded
-    # but never tested.
+    # in every mode, before the temperature is even loaded, and only the row's own draft d_{j+1}
+    # waits for it. Rows outside the request are loaded but never tested.
     local_pos = tl.load(expanded_local_pos_ptr + row)
     slot = tl.load(expanded_idx_mapping_ptr + row).to(tl.int64)
     own = tl.load(draft_sampled_ptr + row + 1, mask=row + 1 < num_logits, other=0)
@@ -154,20 +154,13 @@ def _stats_kernel(
     if (local_pos >= num_speculative_steps) | (earlier > 0):
         return  # bonus rows need no stats; nothing reads a row after a placeholder
     temperature = tl.load(temperature_ptr + slot)
+    if (temperature != 0.0) & (own < 0):
+        return  # a sampling row at a placeholder is resampled from the plain target
 
     # ---- one block of the target row; NaN is treated as -inf throughout (as mrv2)
     offs = block * BLOCK_V + tl.arange(0, BLOCK_V)
     mask = offs < vocab_size
-    row_ptr = target_logits_ptr + row * target_logits_stride + offs
-    # A row whose own draft is real is read in every mode: its load is issued now, beside the
-    # temperature load, as in mrv2 (whose logits load waits for nothing but the bonus check).
-    # Only the row at the first placeholder waits for the temperature: greedy reads it (the
-    # argmax), a sampling row is resampled from the plain target and needs no stats.
-    x = tl.load(row_ptr, mask=offs < tl.where(own >= 0, vocab_size, 0), other=float("-inf"))
-    if (temperature != 0.0) & (own < 0):
-        return
-    if own < 0:
-        x = tl.load(row_ptr, mask=mask, other=float("-inf"))
+    x = tl.load(target_logits_ptr + row * target_logits_stride + offs, mask=mask, other=float("-inf"))
     x = x.to(tl.float32)
     x = tl.where(x != x, float("-inf"), x)
     block_max = tl.max(x, 0)
