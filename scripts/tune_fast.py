@@ -9,8 +9,8 @@ For each workload it builds one :class:`specsample.kernels.fast.Pipeline` per ca
 (so every stage finds its intermediates), then times, all interleaved in one measurement (cold
 L2, CUDA-graph replay; :mod:`specsample.timing`): the whole call of every candidate, and each
 kernel alone for mrv2 and the candidates in :data:`STAGE_CANDIDATES` (on pipelines of their own,
-left before insert, whose ``num_sampled`` each insert call restores first: a stage timed on a
-pipeline that already ran insert would read tau + 1). It prints one line per
+:func:`specsample.measure.stage_calls`: a stage timed on a pipeline that already ran insert
+would read tau + 1). It prints one line per
 workload and writes every median to JSON; the defaults (``fast.default_config``) are chosen
 from it by hand and recorded in ``notes/performance.md``.
 """
@@ -26,7 +26,7 @@ import time
 import torch
 
 from specsample.kernels import fast, mrv2
-from specsample.measure import input_copies
+from specsample.measure import input_copies, stage_calls
 from specsample.timing import TimingConfig, measure_interleaved
 from specsample.workloads import Workload
 
@@ -64,14 +64,6 @@ STAGE_CANDIDATES = ("large", "small")
 CONFIG = TimingConfig(l2="cold", calls_per_sample=10, num_samples=15)
 
 
-def _restoring(pipe, tau, insert):
-    def call():
-        pipe.num_sampled.copy_(tau)  # insert turns tau into tau + 1: restore it first
-        insert()
-
-    return call
-
-
 def tune(name: str, w: Workload) -> dict[str, float]:
     copies = input_copies(w, "cold")
     factories = {"mrv2": mrv2.Pipeline, **{k: functools.partial(fast.Pipeline, config=c) for k, c in CANDIDATES.items()}}
@@ -82,17 +74,8 @@ def tune(name: str, w: Workload) -> dict[str, float]:
             p.run()
         ops[f"{label}:call"] = [p.run for p in pipes]
         if label == "mrv2" or label in STAGE_CANDIDATES:
-            # Kernels alone, on their own pipelines left just before insert (num_sampled = tau),
-            # as specsample.measure.measure_stages does.
-            staged = [factory(**inputs) for inputs in copies]
-            for p in staged:
-                for _, stage in p.stages()[:-1]:
-                    stage()
-            taus = [p.num_sampled.clone() for p in staged]
-            for stage, _ in staged[0].stages():
-                calls = [dict(p.stages())[stage] for p in staged]
-                if stage == "insert":
-                    calls = [_restoring(p, tau, call) for p, tau, call in zip(staged, taus, calls)]
+            # Kernels alone, on pipelines of their own (measure.stage_calls)
+            for stage, calls in stage_calls([factory(**inputs) for inputs in copies]).items():
                 ops[f"{label}:{stage}"] = calls
     torch.cuda.synchronize()
     cfg = TimingConfig(CONFIG.l2, max(CONFIG.calls_per_sample, len(copies)), CONFIG.num_samples)

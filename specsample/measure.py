@@ -84,39 +84,39 @@ STAGE_VARIANTS = {
 }
 
 
-def measure_stages(names: Sequence[str], w: Workload, config: TimingConfig = TimingConfig()) -> dict[tuple[str, str], Timing]:
-    """Time each kernel of the pipeline on its own, per variant, interleaving the variants.
+def stage_calls(pipes: Sequence[mrv2_kernels.Pipeline]) -> dict[str, list]:
+    """Each kernel of these pipelines (one per input copy) as calls that can be timed alone.
 
-    Stages are timed in pipeline order on buffers left by a full run, so each stage sees the
-    intermediates it reads. Every stage is idempotent except ``insert`` (it increments
-    ``num_sampled``): its calls restore ``num_sampled`` to tau first, so the insert timing
-    includes one ``R``-element copy.
+    Runs every stage but ``insert`` once, so each stage finds the intermediates it reads and
+    ``num_sampled`` holds tau. Every stage is then idempotent except ``insert`` (it turns tau
+    into tau + 1): its calls restore ``num_sampled`` to tau first, so an insert timing includes
+    one ``R``-element copy. Returns ``{stage name: [one call per pipeline]}`` in pipeline order.
     """
+    for p in pipes:
+        for _, stage in p.stages()[:-1]:
+            stage()
+    calls: dict[str, list] = {}
+    for p in pipes:
+        tau = p.num_sampled.clone()
+        for name, fn in p.stages():
+            calls.setdefault(name, []).append(_restoring(p, tau, fn) if name == "insert" else fn)
+    return calls
+
+
+def measure_stages(names: Sequence[str], w: Workload, config: TimingConfig = TimingConfig()) -> dict[tuple[str, str], Timing]:
+    """Time each kernel of the pipeline on its own (:func:`stage_calls`), per variant,
+    interleaving the variants."""
     copies = input_copies(w, config.l2)
     pipelines = {}
     for name in names:
         if name not in STAGE_VARIANTS:
             raise variants.NotSupported(f"per-kernel timing covers {tuple(STAGE_VARIANTS)}, not {name!r}")
-        pipes = [STAGE_VARIANTS[name](**inputs) for inputs in copies]
-        for p in pipes:
-            for _, stage in p.stages()[:-1]:  # everything up to insert: num_sampled holds tau
-                stage()
-        pipelines[name] = pipes
+        pipelines[name] = stage_calls([STAGE_VARIANTS[name](**inputs) for inputs in copies])
     torch.cuda.synchronize()
-    saved_tau = {name: [p.num_sampled.clone() for p in pipes] for name, pipes in pipelines.items()}
     cfg = _rotating(config, len(copies))
     out: dict[tuple[str, str], Timing] = {}
     for stage in STAGES:
-        ops = {}
-        for name, pipes in pipelines.items():
-            calls = []
-            for p, tau in zip(pipes, saved_tau[name]):
-                fn = dict(p.stages()).get(stage)
-                if fn is None:
-                    break
-                calls.append(_restoring(p, tau, fn) if stage == "insert" else fn)
-            if calls:
-                ops[name] = calls
+        ops = {name: calls[stage] for name, calls in pipelines.items() if stage in calls}
         if ops:
             for name, t in measure_interleaved(ops, cfg).items():
                 out[(name, stage)] = t
