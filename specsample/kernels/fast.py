@@ -274,6 +274,11 @@ def _resample_kernel(
 # ---------------------------------------------------------------------------------------------
 
 
+# mrv2.Pipeline's parameters, to bind fast.Pipeline's arguments by name (computed once: a
+# Pipeline is built on every call).
+_PIPELINE_SIGNATURE = inspect.signature(mrv2.Pipeline)
+
+
 class Pipeline(mrv2.Pipeline):
     """:class:`specsample.kernels.mrv2.Pipeline` with the fast stats and resample kernels.
 
@@ -285,7 +290,7 @@ class Pipeline(mrv2.Pipeline):
     planted_knob = False  # planted.VARIANTS: the test-only knob slows mrv2's pipelines only
 
     def __init__(self, *args, config: Config | None = None, **kwargs) -> None:
-        arguments = inspect.signature(mrv2.Pipeline).bind_partial(*args, **kwargs).arguments
+        arguments = _PIPELINE_SIGNATURE.bind_partial(*args, **kwargs).arguments
         arguments["placeholder_fix"] = True
         use_fp64 = arguments.get("use_fp64", False)
         c = self.config = config or default_config(arguments["idx_mapping"].shape[0])
