@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import functools
+import importlib
 import json
 import time
 
@@ -37,6 +38,8 @@ WORKLOADS = {
     "R1-block-phi0.5": Workload(num_reqs=1, mode="block", placeholder_density=0.5, **BASE),
     "R1-greedy-phi0.5": Workload(num_reqs=1, mode="greedy", placeholder_density=0.5, **BASE),
     "R8-standard-phi0": Workload(num_reqs=8, mode="standard", **BASE),
+    "R8-standard-phi0.5": Workload(num_reqs=8, mode="standard", placeholder_density=0.5, **BASE),
+    "R8-greedy-phi0.5": Workload(num_reqs=8, mode="greedy", placeholder_density=0.5, **BASE),
     "R16-block-phi0": Workload(num_reqs=16, mode="block", **BASE),
     "R32-standard-phi0": Workload(num_reqs=32, mode="standard", **BASE),
     "R32-block-phi0.5": Workload(num_reqs=32, mode="block", placeholder_density=0.5, **BASE),
@@ -45,6 +48,7 @@ WORKLOADS = {
     "base-block-phi0.5": Workload(num_reqs=128, mode="block", placeholder_density=0.5, **BASE),
     "base-block-phi1": Workload(num_reqs=128, mode="block", placeholder_density=1.0, **BASE),
     "base-standard-phi0": Workload(num_reqs=128, mode="standard", **BASE),
+    "base-standard-phi0.5": Workload(num_reqs=128, mode="standard", placeholder_density=0.5, **BASE),
     "base-standard-phi1": Workload(num_reqs=128, mode="standard", placeholder_density=1.0, **BASE),
     "base-greedy-phi0": Workload(num_reqs=128, mode="greedy", **BASE),
     "base-greedy-phi1": Workload(num_reqs=128, mode="greedy", placeholder_density=1.0, **BASE),
@@ -55,18 +59,26 @@ WORKLOADS = {
 L, S = fast.LARGE_BATCH_CONFIG, fast.SMALL_BATCH_CONFIG
 CANDIDATES = {
     "large": L,
-    "large-2048/4": dataclasses.replace(L, stats_block=2048, stats_warps=4),
-    "large-8192/8": dataclasses.replace(L, stats_block=8192, stats_warps=8),
+    "large-rows2-4096/8": dataclasses.replace(L, stats_rows=2, stats_warps=8),
+    "large-rows2-2048/4": dataclasses.replace(L, stats_rows=2, stats_block=2048),
+    "large-rows4-2048/8": dataclasses.replace(L, stats_rows=4, stats_block=2048, stats_warps=8),
+    "large-rows4-1024/4": dataclasses.replace(L, stats_rows=4, stats_block=1024),
+    "large-rs4096/8": dataclasses.replace(L, resample_block=4096, resample_warps=8),
     "small": S,
-    "small-rs512/2": dataclasses.replace(S, resample_block=512, resample_warps=2),
+    "small-speculative": dataclasses.replace(S, speculative_load=True),
+    "small-rows2-4096/8": dataclasses.replace(S, stats_rows=2, stats_block=4096),
 }
-STAGE_CANDIDATES = ("large", "small")
+STAGE_CANDIDATES = ("large", "large-rows2-4096/8", "small")
 CONFIG = TimingConfig(l2="cold", calls_per_sample=10, num_samples=15)
+# --before: the fast module of an earlier commit, timed beside the candidates in its own defaults
+BEFORE = None
 
 
 def tune(name: str, w: Workload) -> dict[str, float]:
     copies = input_copies(w, "cold")
     factories = {"mrv2": mrv2.Pipeline, **{k: functools.partial(fast.Pipeline, config=c) for k, c in CANDIDATES.items()}}
+    if BEFORE is not None:
+        factories["before"] = BEFORE.Pipeline  # its own default_config
     ops = {}
     for label, factory in factories.items():
         pipes = [factory(**inputs) for inputs in copies]
@@ -94,7 +106,12 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", default="tune-fast.json")
     p.add_argument("--workload", action="append", choices=sorted(WORKLOADS), help="default: all")
+    p.add_argument("--before", metavar="MODULE", help="an earlier fast.py, importable as this module "
+                   "(e.g. specsample.kernels._fast_before from `git show REF:specsample/kernels/fast.py`)")
     args = p.parse_args()
+    if args.before:
+        global BEFORE
+        BEFORE = importlib.import_module(args.before)
     if not torch.cuda.is_available():
         raise SystemExit("tune_fast.py: needs a CUDA GPU")
     results = {"device": torch.cuda.get_device_name(), "unit": "us per call, median, cold L2",

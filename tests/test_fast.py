@@ -28,7 +28,17 @@ def _rows_read_by_rule(inputs: dict) -> set[int]:
     return rows
 
 
-@pytest.mark.parametrize("config", [fast.SMALL_BATCH_CONFIG, fast.LARGE_BATCH_CONFIG], ids=["small", "large"])
+# The two defaults, and tiles of several rows per program, with and without the speculative load
+ROW_CONFIGS = {
+    "small": fast.SMALL_BATCH_CONFIG,
+    "large": fast.LARGE_BATCH_CONFIG,
+    "rows2": fast.Config(stats_block=256, stats_warps=2, stats_rows=2),
+    "rows4-speculative": fast.Config(stats_block=128, stats_rows=4, speculative_load=True),
+    "rows8": fast.Config(stats_block=512, stats_rows=8),  # more rows than K: one program per request
+}
+
+
+@pytest.mark.parametrize("config", ROW_CONFIGS.values(), ids=ROW_CONFIGS.keys())
 @pytest.mark.parametrize("mode", ["greedy", "standard", "block"])
 def test_stats_skip_rows_after_the_first_placeholder(device, mode, config):
     w = Workload(num_reqs=16, num_speculative_steps=4, vocab_size=300, mode=mode, placeholder_pattern="random",
@@ -41,6 +51,28 @@ def test_stats_skip_rows_after_the_first_placeholder(device, mode, config):
     expected = _rows_read_by_rule(inputs)
     assert written == expected
     assert 0 < len(expected) < inputs["target_logits"].shape[0] - 16  # the case skips real rows
+
+
+@pytest.mark.parametrize("config", ROW_CONFIGS.values(), ids=ROW_CONFIGS.keys())
+def test_residual_mass_only_for_rows_the_rejection_reads(device, config):
+    """Block verification reads row j's residual mass only when d_1..d_{j+1} are real and
+    j >= 1; no other row is written (greedy requests have none)."""
+    w = Workload(num_reqs=16, num_speculative_steps=4, vocab_size=300, mode="block", placeholder_pattern="random",
+                 placeholder_density=0.4, greedy_fraction=0.25, seed=5)  # fmt: skip
+    inputs = make_inputs(w, device=device)
+    pipe = fast.Pipeline(**inputs, config=config)
+    pipe.local_residual_mass.fill_(float("nan"))
+    for name, stage in pipe.stages():
+        if name == "rejection":
+            break
+        stage()
+    written = {i for i, row in enumerate(pipe.local_residual_mass.isnan().all(dim=1).tolist()) if not row}
+    cu = inputs["cu_num_logits"].tolist()
+    temperature = inputs["temperature"][inputs["idx_mapping"].long()].tolist()
+    expected = {cu[r] + j for r, m in enumerate(first_placeholder(inputs)) if temperature[r] != 0.0 for j in range(1, m)}
+    assert written == expected
+    assert 0 < len(expected) < 16 * 3  # the case skips real rows
+    assert not pipe.local_residual_mass[sorted(expected)].isnan().any()  # every block of them
 
 
 def test_default_config_follows_the_batch_size(device):
@@ -58,8 +90,10 @@ def test_default_config_follows_the_batch_size(device):
     [
         fast.Config(stats_block=256, stats_warps=2, resample_block=128, resample_warps=1),
         fast.Config(stats_block=128, resample_block=512, fast_log=False),
+        fast.Config(stats_block=256, stats_rows=2, speculative_load=True),  # K=3: a half-full tile
+        fast.Config(stats_block=128, stats_warps=2, stats_rows=4),
     ],
-    ids=["small-blocks", "narrow-stats"],
+    ids=["small-blocks", "narrow-stats", "rows2-speculative", "rows4"],
 )
 @pytest.mark.parametrize("mode,draft", [("greedy", "logits"), ("standard", "logits"), ("block", "logits"),
                                         ("block", "one-hot")])  # fmt: skip
@@ -73,7 +107,8 @@ def test_block_size_configs_match_reference(device, config, mode, draft):
 
 
 @pytest.mark.parametrize(
-    "field,value", [("stats_block", 1000), ("resample_block", 64), ("stats_warps", 3), ("resample_warps", 64)]
+    "field,value",
+    [("stats_block", 1000), ("resample_block", 64), ("stats_warps", 3), ("resample_warps", 64), ("stats_rows", 3)],
 )
 def test_config_rejects_bad_values(field, value):
     with pytest.raises(ValueError, match=field):

@@ -51,8 +51,10 @@ class Config:
     """Tunables of the fast pipeline; :func:`default_config` picks one by batch size, from
     ``scripts/tune_fast.py`` on the H200 (notes/performance.md)."""
 
-    stats_block: int = 4096  # vocab entries per stats / residual-mass program
+    stats_block: int = 4096  # vocab entries per stats / residual-mass program and row
     stats_warps: int = 4
+    stats_rows: int = 1  # rows of one request per stats / residual-mass program (a 2-D tile)
+    speculative_load: bool = False  # stats: load a tile's rows before knowing which are read
     resample_block: int = 2048  # vocab entries per resample program
     resample_warps: int = 4
     fast_log: bool = True  # hardware lg2.approx for the Gumbel noise (GPU only)
@@ -65,6 +67,8 @@ class Config:
         for name in ("stats_warps", "resample_warps"):
             if getattr(self, name) not in (1, 2, 4, 8, 16, 32):
                 raise ValueError(f"{name}: expected a power of two in [1, 32], got {getattr(self, name)}")
+        if self.stats_rows not in (1, 2, 4, 8):
+            raise ValueError(f"stats_rows: expected 1, 2, 4 or 8, got {self.stats_rows}")
 
 
 # Large batches: bandwidth-bound, fewer and wider programs.
@@ -103,6 +107,24 @@ def _gumbel_noise(seed, offset, FAST_LOG: tl.constexpr):
 
 
 # ---------------------------------------------------------------------------------------------
+# Which rows of a request are read (kernels 1 and 3)
+# ---------------------------------------------------------------------------------------------
+
+
+@triton.jit
+def _request_rows(cu_num_logits_ptr, draft_sampled_ptr, req, K_P2: tl.constexpr):
+    # A request's first row, its number of drafts n and the local position of its first
+    # placeholder f: row start + j tests draft d_{j+1} = draft_sampled[start + 1 + j], so f is the
+    # first j with d_{j+1} = -1 (n if none). The K drafts load as one vector, no loop.
+    start = tl.load(cu_num_logits_ptr + req).to(tl.int64)
+    num_drafts = (tl.load(cu_num_logits_ptr + req + 1) - 1).to(tl.int64) - start
+    j = tl.arange(0, K_P2)
+    drafts = tl.load(draft_sampled_ptr + start + 1 + j, mask=j < num_drafts, other=0)
+    first = tl.min(tl.where(drafts < 0, j.to(tl.int64), num_drafts), 0)
+    return start, num_drafts, first
+
+
+# ---------------------------------------------------------------------------------------------
 # Kernel 1: local logits stats, only for rows something reads
 # ---------------------------------------------------------------------------------------------
 
@@ -118,8 +140,10 @@ def _stats_kernel(
     draft_logits_stride_1,
     # [N]
     draft_sampled_ptr,
-    expanded_idx_mapping_ptr,
-    expanded_local_pos_ptr,
+    # [R + 1]
+    cu_num_logits_ptr,
+    # [R]
+    idx_mapping_ptr,
     # [max_num_reqs]
     temperature_ptr,
     # [N, nb] outputs
@@ -129,58 +153,146 @@ def _stats_kernel(
     draft_local_max_ptr,
     draft_local_sumexp_ptr,
     local_stride,
-    num_logits,
     vocab_size,
-    num_speculative_steps,
     HAS_DRAFT_LOGITS: tl.constexpr,
     K_P2: tl.constexpr,
+    ROWS: tl.constexpr,
+    GROUPS: tl.constexpr,
     BLOCK_V: tl.constexpr,
+    SPECULATIVE_LOAD: tl.constexpr,
 ):
-    row = tl.program_id(0).to(tl.int64)
+    # Program (req * GROUPS + g, b): rows j = g*ROWS .. g*ROWS + ROWS-1 of request req, one
+    # [ROWS, BLOCK_V] tile of vocab block b. A greedy request reads rows j <= f (at the first
+    # placeholder f greedy writes the row's argmax); the other modes rows j < f (their own
+    # draft is tested against them; the row at f is resampled from the plain target). Bonus rows
+    # are never read, and no program is launched for them.
+    req = (tl.program_id(0) // GROUPS).to(tl.int64)
+    j0 = (tl.program_id(0) % GROUPS) * ROWS  # the tile's first local position
+    j = j0 + tl.arange(0, ROWS)
     block = tl.program_id(1)
-    # ---- is this row read? Greedy reads row j while d_1..d_j are real; the other modes while
-    # d_1..d_{j+1} are. Those drafts sit at rows row+1-i for i = 0..j (i = 0 only when not
-    # greedy). They are loaded as scalars together with the row's local position and slot
-    # (independent loads, no cross-warp reduction); a placeholder among d_1..d_j skips the row
-    # in every mode, before the temperature is even loaded, and only the row's own draft d_{j+1}
-    # waits for it. Rows outside the request are loaded but never tested.
-    local_pos = tl.load(expanded_local_pos_ptr + row)
-    slot = tl.load(expanded_idx_mapping_ptr + row).to(tl.int64)
-    own = tl.load(draft_sampled_ptr + row + 1, mask=row + 1 < num_logits, other=0)
-    earlier = 0  # placeholders among d_1..d_j, at rows row+1-i for 1 <= i <= j
-    for i in tl.static_range(1, K_P2):
-        d = tl.load(draft_sampled_ptr + row + 1 - i, mask=(i < num_speculative_steps) & (row + 1 - i >= 0), other=0)
-        earlier += ((d < 0) & (i <= local_pos)).to(tl.int32)
-    if (local_pos >= num_speculative_steps) | (earlier > 0):
-        return  # bonus rows need no stats; nothing reads a row after a placeholder
-    temperature = tl.load(temperature_ptr + slot)
-    if (temperature != 0.0) & (own < 0):
-        return  # a sampling row at a placeholder is resampled from the plain target
-
-    # ---- one block of the target row; NaN is treated as -inf throughout (as mrv2)
     offs = block * BLOCK_V + tl.arange(0, BLOCK_V)
-    mask = offs < vocab_size
-    x = tl.load(target_logits_ptr + row * target_logits_stride + offs, mask=mask, other=float("-inf"))
+    vmask = offs < vocab_size
+    start, num_drafts, first = _request_rows(cu_num_logits_ptr, draft_sampled_ptr, req, K_P2)
+    rows = start + j
+    t_ptrs = target_logits_ptr + rows[:, None] * target_logits_stride + offs[None, :]
+    if SPECULATIVE_LOAD:
+        # Small batches (latency, not bytes): load every draft row of the tile before the
+        # placeholders and the temperature are known, as mrv2 does; the rows not read are
+        # discarded. One dependent load fewer before the logits.
+        x = tl.load(t_ptrs, mask=(j < num_drafts)[:, None] & vmask[None, :], other=float("-inf"))
+    slot = tl.load(idx_mapping_ptr + req).to(tl.int64)
+    temperature = tl.load(temperature_ptr + slot)
+    num_read = tl.where(temperature == 0.0, tl.minimum(first + 1, num_drafts), first)
+    if j0 >= num_read:
+        return
+    read = j < num_read
+    if not SPECULATIVE_LOAD:
+        x = tl.load(t_ptrs, mask=read[:, None] & vmask[None, :], other=float("-inf"))
+
+    # ---- NaN is treated as -inf throughout (as mrv2)
     x = x.to(tl.float32)
     x = tl.where(x != x, float("-inf"), x)
-    block_max = tl.max(x, 0)
-    out = row * local_stride + block
-    tl.store(target_local_max_ptr + out, block_max)
-
+    block_max = tl.max(x, 1)
+    out = rows * local_stride + block
+    tl.store(target_local_max_ptr + out, block_max, mask=read)
     if temperature == 0.0:
-        local_argmax = tl.argmax(x, 0, tie_break_left=True)
-        tl.store(target_local_argmax_ptr + out, block * BLOCK_V + local_argmax.to(tl.int64))
+        local_argmax = tl.argmax(x, 1, tie_break_left=True)
+        tl.store(target_local_argmax_ptr + out, block * BLOCK_V + local_argmax.to(tl.int64), mask=read)
     else:
-        e = tl.where(x == float("-inf"), 0.0, tl.exp(x - block_max))
-        tl.store(target_local_sumexp_ptr + out, tl.sum(e, 0))
+        e = tl.where(x == float("-inf"), 0.0, tl.exp(x - block_max[:, None]))
+        tl.store(target_local_sumexp_ptr + out, tl.sum(e, 1), mask=read)
         if HAS_DRAFT_LOGITS:
-            d_ptr = draft_logits_ptr + slot * draft_logits_stride_0 + local_pos.to(tl.int64) * draft_logits_stride_1
-            y = tl.load(d_ptr + offs, mask=mask, other=float("-inf")).to(tl.float32) / temperature
+            d_ptrs = draft_logits_ptr + slot * draft_logits_stride_0 + j[:, None].to(tl.int64) * draft_logits_stride_1
+            y = tl.load(d_ptrs + offs[None, :], mask=read[:, None] & vmask[None, :], other=float("-inf"))
+            y = y.to(tl.float32) / temperature
             y = tl.where(y != y, float("-inf"), y)
-            d_max = tl.max(y, 0)
-            ey = tl.where(y == float("-inf"), 0.0, tl.exp(y - d_max))
-            tl.store(draft_local_max_ptr + out, d_max)
-            tl.store(draft_local_sumexp_ptr + out, tl.sum(ey, 0))
+            d_max = tl.max(y, 1)
+            ey = tl.where(y == float("-inf"), 0.0, tl.exp(y - d_max[:, None]))
+            tl.store(draft_local_max_ptr + out, d_max, mask=read)
+            tl.store(draft_local_sumexp_ptr + out, tl.sum(ey, 1), mask=read)
+
+
+# ---------------------------------------------------------------------------------------------
+# Kernel 3: residual mass, only for rows the rejection kernel reads
+# ---------------------------------------------------------------------------------------------
+
+
+@triton.jit
+def _rows_lse(local_max_ptr, local_sumexp_ptr, rows, read, local_stride, num_blocks, NUM_BLOCKS_P2: tl.constexpr):
+    # mrv2._global_lse for a vector of rows: [ROWS] LSEs from the [ROWS, nb] partials.
+    b = tl.arange(0, NUM_BLOCKS_P2)
+    mask = read[:, None] & (b < num_blocks)[None, :]
+    ptrs = rows[:, None] * local_stride + b[None, :]
+    m = tl.load(local_max_ptr + ptrs, mask=mask, other=float("-inf"))
+    s = tl.load(local_sumexp_ptr + ptrs, mask=mask, other=0.0)
+    big = tl.max(m, 1)
+    w = tl.where(m == float("-inf"), 0.0, s * tl.exp(m - big[:, None]))
+    return big + tl.log(tl.sum(w, 1))
+
+
+@triton.jit
+def _residual_mass_kernel(
+    # [N, V]
+    target_logits_ptr,
+    target_logits_stride,
+    # [max_num_reqs, K, V_d]
+    draft_logits_ptr,
+    draft_logits_stride_0,
+    draft_logits_stride_1,
+    # [N]
+    draft_sampled_ptr,
+    cumulative_log_p_ptr,
+    # [R + 1]
+    cu_num_logits_ptr,
+    # [R]
+    idx_mapping_ptr,
+    # [max_num_reqs]
+    temperature_ptr,
+    # [N, nb]
+    target_local_max_ptr,
+    target_local_sumexp_ptr,
+    draft_local_max_ptr,
+    draft_local_sumexp_ptr,
+    local_stride,
+    num_blocks,
+    # [N, nb] output
+    local_residual_mass_ptr,
+    vocab_size,
+    K_P2: tl.constexpr,
+    ROWS: tl.constexpr,
+    GROUPS: tl.constexpr,
+    BLOCK_V: tl.constexpr,
+    NUM_BLOCKS_P2: tl.constexpr,
+):
+    # Program (req * GROUPS + g, b): rows j = 1 + g*ROWS .. of request req. The rejection kernel
+    # reads row j's residual mass (Z_{j+1}) only when d_1..d_{j+1} are all real, i.e. j < f, and
+    # never row 0's: no program is launched for row 0 or the bonus row.
+    req = (tl.program_id(0) // GROUPS).to(tl.int64)
+    j0 = 1 + (tl.program_id(0) % GROUPS) * ROWS  # the tile's first local position
+    j = j0 + tl.arange(0, ROWS)
+    block = tl.program_id(1)
+    start, num_drafts, first = _request_rows(cu_num_logits_ptr, draft_sampled_ptr, req, K_P2)
+    if j0 >= first:
+        return
+    slot = tl.load(idx_mapping_ptr + req).to(tl.int64)
+    temperature = tl.load(temperature_ptr + slot)
+    if temperature == 0.0:
+        return
+    read = j < first
+    rows = start + j
+
+    # partial[t, b] = sum_x max(p_j * M_b(x) - M_s(x), 0), with p_j = exp(cum_log_p[t-1])
+    p_prev = tl.exp(tl.load(cumulative_log_p_ptr + rows - 1, mask=read, other=0.0))
+    lse = _rows_lse(target_local_max_ptr, target_local_sumexp_ptr, rows, read, local_stride, num_blocks, NUM_BLOCKS_P2)
+    d_lse = _rows_lse(draft_local_max_ptr, draft_local_sumexp_ptr, rows, read, local_stride, num_blocks, NUM_BLOCKS_P2)
+    offs = block * BLOCK_V + tl.arange(0, BLOCK_V)
+    mask = read[:, None] & (offs < vocab_size)[None, :]
+    x = tl.load(target_logits_ptr + rows[:, None] * target_logits_stride + offs[None, :], mask=mask, other=float("-inf"))
+    d_ptrs = draft_logits_ptr + slot * draft_logits_stride_0 + j[:, None].to(tl.int64) * draft_logits_stride_1
+    y = tl.load(d_ptrs + offs[None, :], mask=mask, other=float("-inf")).to(tl.float32) / temperature
+    res = tl.maximum(p_prev[:, None] * tl.exp(x.to(tl.float32) - lse[:, None]) - tl.exp(y - d_lse[:, None]), 0.0)
+    res = tl.where(mask, res, 0.0)
+    tl.store(local_residual_mass_ptr + rows * local_stride + block, tl.sum(res, 1), mask=read)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -302,18 +414,39 @@ class Pipeline(mrv2.Pipeline):
         self.fast_log = c.fast_log and self.target_logits.device.type == "cuda" and not _interpreted()
         self.k_p2 = triton.next_power_of_2(max(self.k, 1))
 
-    # ---- 1. block stats of the rows something reads
+    # ---- 1. block stats of the rows something reads: (R * groups, nb) programs
     def _stats(self) -> None:
         c = self.config
-        _stats_kernel[(self.num_logits, self.num_blocks)](
+        groups = triton.cdiv(self.k, c.stats_rows)
+        if groups == 0:
+            return  # K = 0: no draft rows
+        _stats_kernel[(self.num_reqs * groups, self.num_blocks)](
             self.target_logits, self.target_logits.stride(0),
             self.draft_arg, *self.draft_strides,
-            self.draft_sampled, self.expanded_idx_mapping, self.expanded_local_pos, self.temperature,
+            self.draft_sampled, self.cu_num_logits, self.idx_mapping, self.temperature,
             self.target_local_argmax, self.target_local_max, self.target_local_sumexp,
             self.draft_local_max, self.draft_local_sumexp, self.num_blocks,
-            self.num_logits, self.vocab_size, self.k,
-            HAS_DRAFT_LOGITS=self.has_draft_logits, K_P2=self.k_p2,
-            BLOCK_V=c.stats_block, num_warps=c.stats_warps,
+            self.vocab_size,
+            HAS_DRAFT_LOGITS=self.has_draft_logits, K_P2=self.k_p2, ROWS=c.stats_rows, GROUPS=groups,
+            BLOCK_V=c.stats_block, SPECULATIVE_LOAD=c.speculative_load, num_warps=c.stats_warps,
+        )  # fmt: skip
+
+    # ---- 3. residual mass of the rows the rejection kernel reads: rows 1..K-1
+    def _residual_mass(self) -> None:
+        c = self.config
+        groups = triton.cdiv(self.k - 1, c.stats_rows)
+        if groups <= 0:
+            return  # K <= 1: the only draft row is row 0, whose residual is never read
+        _residual_mass_kernel[(self.num_reqs * groups, self.num_blocks)](
+            self.target_logits, self.target_logits.stride(0),
+            self.draft_arg, *self.draft_strides,
+            self.draft_sampled, self.cumulative_log_p, self.cu_num_logits, self.idx_mapping, self.temperature,
+            self.target_local_max, self.target_local_sumexp, self.draft_local_max, self.draft_local_sumexp,
+            self.num_blocks, self.num_blocks,
+            self.local_residual_mass,
+            self.vocab_size,
+            K_P2=self.k_p2, ROWS=c.stats_rows, GROUPS=groups, BLOCK_V=c.stats_block,
+            NUM_BLOCKS_P2=self.num_blocks_p2, num_warps=c.stats_warps,
         )  # fmt: skip
 
     # ---- 5. resample with the fast logs
