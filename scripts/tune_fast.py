@@ -59,16 +59,17 @@ WORKLOADS = {
 L, S = fast.LARGE_BATCH_CONFIG, fast.SMALL_BATCH_CONFIG
 CANDIDATES = {
     "large": L,
-    "large-rows2-4096/8": dataclasses.replace(L, stats_rows=2, stats_warps=8),
-    "large-rows2-2048/4": dataclasses.replace(L, stats_rows=2, stats_block=2048),
-    "large-rows4-2048/8": dataclasses.replace(L, stats_rows=4, stats_block=2048, stats_warps=8),
-    "large-rows4-1024/4": dataclasses.replace(L, stats_rows=4, stats_block=1024),
-    "large-rs4096/8": dataclasses.replace(L, resample_block=4096, resample_warps=8),
+    "large-loop2": dataclasses.replace(L, resample_loop=2),
+    "large-loop3": dataclasses.replace(L, resample_loop=3),
+    "large-loop5": dataclasses.replace(L, resample_loop=5),
+    "large-loop8": dataclasses.replace(L, resample_loop=8),
+    "large-rs1024/4-loop5": dataclasses.replace(L, resample_block=1024, resample_loop=5),
+    "large-rs4096/8-loop2": dataclasses.replace(L, resample_block=4096, resample_warps=8, resample_loop=2),
     "small": S,
     "small-speculative": dataclasses.replace(S, speculative_load=True),
-    "small-rows2-4096/8": dataclasses.replace(S, stats_rows=2, stats_block=4096),
+    "small-loop2": dataclasses.replace(S, resample_loop=2),
 }
-STAGE_CANDIDATES = ("large", "large-rows2-4096/8", "small")
+STAGE_CANDIDATES = ("large", "large-loop3", "large-loop5")
 CONFIG = TimingConfig(l2="cold", calls_per_sample=10, num_samples=15)
 # --before: the fast module of an earlier commit, timed beside the candidates in its own defaults
 BEFORE = None

@@ -92,8 +92,9 @@ def test_default_config_follows_the_batch_size(device):
         fast.Config(stats_block=128, resample_block=512, fast_log=False),
         fast.Config(stats_block=256, stats_rows=2, speculative_load=True),  # K=3: a half-full tile
         fast.Config(stats_block=128, stats_warps=2, stats_rows=4),
+        fast.Config(stats_block=256, resample_block=128, resample_loop=3),  # 700 = 1.8 spans of 384
     ],
-    ids=["small-blocks", "narrow-stats", "rows2-speculative", "rows4"],
+    ids=["small-blocks", "narrow-stats", "rows2-speculative", "rows4", "resample-loop3"],
 )
 @pytest.mark.parametrize("mode,draft", [("greedy", "logits"), ("standard", "logits"), ("block", "logits"),
                                         ("block", "one-hot")])  # fmt: skip
@@ -108,7 +109,8 @@ def test_block_size_configs_match_reference(device, config, mode, draft):
 
 @pytest.mark.parametrize(
     "field,value",
-    [("stats_block", 1000), ("resample_block", 64), ("stats_warps", 3), ("resample_warps", 64), ("stats_rows", 3)],
+    [("stats_block", 1000), ("resample_block", 64), ("stats_warps", 3), ("resample_warps", 64), ("stats_rows", 3),
+     ("resample_loop", 0)],
 )
 def test_config_rejects_bad_values(field, value):
     with pytest.raises(ValueError, match=field):

@@ -55,7 +55,8 @@ class Config:
     stats_warps: int = 4
     stats_rows: int = 1  # rows of one request per stats / residual-mass program (a 2-D tile)
     speculative_load: bool = False  # stats: load a tile's rows before knowing which are read
-    resample_block: int = 2048  # vocab entries per resample program
+    resample_block: int = 2048  # vocab entries per resample block
+    resample_loop: int = 1  # resample blocks each program takes in turn
     resample_warps: int = 4
     fast_log: bool = True  # hardware lg2.approx for the Gumbel noise (GPU only)
 
@@ -67,6 +68,8 @@ class Config:
         for name in ("stats_warps", "resample_warps"):
             if getattr(self, name) not in (1, 2, 4, 8, 16, 32):
                 raise ValueError(f"{name}: expected a power of two in [1, 32], got {getattr(self, name)}")
+        if self.resample_loop < 1:
+            raise ValueError(f"resample_loop: expected >= 1, got {self.resample_loop}")
         if self.stats_rows not in (1, 2, 4, 8):
             raise ValueError(f"stats_rows: expected 1, 2, 4 or 8, got {self.stats_rows}")
 
@@ -146,6 +149,8 @@ def _stats_kernel(
     idx_mapping_ptr,
     # [max_num_reqs]
     temperature_ptr,
+    # [R] output: f per request
+    first_placeholder_ptr,
     # [N, nb] outputs
     target_local_argmax_ptr,
     target_local_max_ptr,
@@ -173,6 +178,8 @@ def _stats_kernel(
     offs = block * BLOCK_V + tl.arange(0, BLOCK_V)
     vmask = offs < vocab_size
     start, num_drafts, first = _request_rows(cu_num_logits_ptr, draft_sampled_ptr, req, K_P2)
+    if (j0 == 0) & (block == 0):
+        tl.store(first_placeholder_ptr + req, first.to(tl.int32))
     rows = start + j
     t_ptrs = target_logits_ptr + rows[:, None] * target_logits_stride + offs[None, :]
     if SPECULATIVE_LOAD:
@@ -240,12 +247,12 @@ def _residual_mass_kernel(
     draft_logits_stride_0,
     draft_logits_stride_1,
     # [N]
-    draft_sampled_ptr,
     cumulative_log_p_ptr,
     # [R + 1]
     cu_num_logits_ptr,
     # [R]
     idx_mapping_ptr,
+    first_placeholder_ptr,
     # [max_num_reqs]
     temperature_ptr,
     # [N, nb]
@@ -258,7 +265,6 @@ def _residual_mass_kernel(
     # [N, nb] output
     local_residual_mass_ptr,
     vocab_size,
-    K_P2: tl.constexpr,
     ROWS: tl.constexpr,
     GROUPS: tl.constexpr,
     BLOCK_V: tl.constexpr,
@@ -271,9 +277,10 @@ def _residual_mass_kernel(
     j0 = 1 + (tl.program_id(0) % GROUPS) * ROWS  # the tile's first local position
     j = j0 + tl.arange(0, ROWS)
     block = tl.program_id(1)
-    start, num_drafts, first = _request_rows(cu_num_logits_ptr, draft_sampled_ptr, req, K_P2)
+    first = tl.load(first_placeholder_ptr + req)  # from the stats kernel: one load, then exit
     if j0 >= first:
         return
+    start = tl.load(cu_num_logits_ptr + req).to(tl.int64)
     slot = tl.load(idx_mapping_ptr + req).to(tl.int64)
     temperature = tl.load(temperature_ptr + slot)
     if temperature == 0.0:
@@ -333,9 +340,12 @@ def _resample_kernel(
     USE_BLOCK_VERIFICATION: tl.constexpr,
     FAST_LOG: tl.constexpr,
     BLOCK_V: tl.constexpr,
+    BLOCKS: tl.constexpr,
 ):
+    # Program (r, s) takes blocks s*BLOCKS .. s*BLOCKS + BLOCKS-1 of request r's resample row in
+    # turn: the row's set-up (tau, temperature, the noise seed) is paid once for all of them.
     req = tl.program_id(0).to(tl.int64)
-    block = tl.program_id(1)
+    span = tl.program_id(1)
     slot = tl.load(idx_mapping_ptr + req).to(tl.int64)
     start = tl.load(cu_num_logits_ptr + req).to(tl.int64)
     end = tl.load(cu_num_logits_ptr + req + 1).to(tl.int64)
@@ -346,39 +356,52 @@ def _resample_kernel(
     if (temperature == 0.0) & (is_bonus == 0):
         return  # greedy already stored the argmax at the rejected slot
 
-    offs = block * BLOCK_V + tl.arange(0, BLOCK_V)
-    mask = offs < vocab_size
-    x = tl.load(target_logits_ptr + row * target_logits_stride + offs, mask=mask, other=float("-inf")).to(tl.float32)
-    x = tl.where(x != x, float("-inf"), x)
-
-    # ---- residual logits rho(x) in log space, exactly as mrv2 (spec 3.6)
     rejected = tl.load(draft_sampled_ptr + row + 1, mask=row + 1 < end, other=0).to(tl.int64)
-    if is_bonus | (rejected < 0):
-        rho = x  # bonus row, or a placeholder that was never drawn: sample the target
-    else:
-        if HAS_DRAFT_LOGITS:
-            a = x - tl.load(target_rejected_lse_ptr + req)
-            if USE_BLOCK_VERIFICATION:
-                if tau > 0:
-                    a += tl.load(cumulative_log_p_ptr + row - 1)
-            d_ptr = draft_logits_ptr + slot * draft_logits_stride_0 + tau * draft_logits_stride_1
-            g = tl.load(d_ptr + offs, mask=mask, other=float("-inf")).to(tl.float32) / temperature
-            g = g - tl.load(draft_rejected_lse_ptr + req)
-            ratio = tl.exp(g - a)
-            rho = tl.where(ratio < 1.0, a + _log1m(ratio), float("-inf"))
-        else:
-            rho = tl.where(offs == rejected, float("-inf"), x)
+    plain = is_bonus | (rejected < 0)  # bonus row, or a placeholder never drawn: sample the target
+    # Loaded whatever the row (in-bounds; unused for a plain row): one set-up for every block
+    target_lse = tl.load(target_rejected_lse_ptr + req)
+    draft_lse = tl.load(draft_rejected_lse_ptr + req)
+    log_p_tau = 0.0
+    if USE_BLOCK_VERIFICATION:
+        log_p_tau = tl.load(cumulative_log_p_ptr + row - 1, mask=tau > 0, other=0.0)
+    d_ptr = draft_logits_ptr + slot * draft_logits_stride_0 + tau * draft_logits_stride_1
+    gseed = tl.randint(tl.load(seed_ptr + slot), tl.load(pos_ptr + row).to(tl.int32))
 
-    # ---- Gumbel-max (target logits already carry temperature)
-    if temperature != 0.0:
-        gseed = tl.randint(tl.load(seed_ptr + slot), tl.load(pos_ptr + row).to(tl.int32))
-        rho = rho + _gumbel_noise(gseed, offs.to(tl.int32), FAST_LOG)
-    rho = tl.where(mask, rho, float("-inf"))
-    best = tl.argmax(rho, 0, tie_break_left=True)
-    best_val = tl.max(rho, 0)
-    out = req * resampled_stride + block
+    # ---- BLOCKS blocks in turn, keeping the first maximum (so the partial is the one of a
+    # single BLOCKS * BLOCK_V-wide block: insert's tie-break is unchanged)
+    best_val = tl.full((), float("-inf"), tl.float32)
+    best_idx = (span * BLOCKS * BLOCK_V).to(tl.int64)
+    for i in range(BLOCKS):
+        offs = (span * BLOCKS + i) * BLOCK_V + tl.arange(0, BLOCK_V)
+        mask = offs < vocab_size
+        x = tl.load(target_logits_ptr + row * target_logits_stride + offs, mask=mask, other=float("-inf"))
+        x = x.to(tl.float32)
+        x = tl.where(x != x, float("-inf"), x)
+        # ---- residual logits rho(x) in log space, exactly as mrv2 (spec 3.6)
+        if plain:
+            rho = x
+        else:
+            if HAS_DRAFT_LOGITS:
+                a = x - target_lse
+                if USE_BLOCK_VERIFICATION:
+                    a += log_p_tau  # log p_tau (0 at tau = 0: the same sum as mrv2's)
+                g = tl.load(d_ptr + offs, mask=mask, other=float("-inf")).to(tl.float32) / temperature
+                g = g - draft_lse
+                ratio = tl.exp(g - a)
+                rho = tl.where(ratio < 1.0, a + _log1m(ratio), float("-inf"))
+            else:
+                rho = tl.where(offs == rejected, float("-inf"), x)
+        # ---- Gumbel-max (target logits already carry temperature)
+        if temperature != 0.0:
+            rho = rho + _gumbel_noise(gseed, offs.to(tl.int32), FAST_LOG)
+        rho = tl.where(mask, rho, float("-inf"))
+        value, index = tl.max(rho, 0, return_indices=True, return_indices_tie_break_left=True)
+        better = value > best_val
+        best_idx = tl.where(better, (span * BLOCKS + i) * BLOCK_V + index.to(tl.int64), best_idx)
+        best_val = tl.where(better, value, best_val)
+    out = req * resampled_stride + span
     tl.store(resampled_local_max_ptr + out, best_val)
-    tl.store(resampled_local_argmax_ptr + out, block * BLOCK_V + best.to(tl.int64))
+    tl.store(resampled_local_argmax_ptr + out, best_idx)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -408,11 +431,14 @@ class Pipeline(mrv2.Pipeline):
         c = self.config = config or default_config(arguments["idx_mapping"].shape[0])
         super().__init__(
             **arguments, vocab_block_size=c.stats_block, block_warps=c.stats_warps,
-            # fp64 noise keeps mrv2's resample kernel, with mrv2's block
-            resample_block_size=mrv2.RESAMPLE_BLOCK_SIZE if use_fp64 else c.resample_block,
+            # (one partial per program: resample_loop blocks; fp64 noise keeps mrv2's kernel and block)
+            resample_block_size=mrv2.RESAMPLE_BLOCK_SIZE if use_fp64 else c.resample_block * c.resample_loop,
         )  # fmt: skip
         self.fast_log = c.fast_log and self.target_logits.device.type == "cuda" and not _interpreted()
         self.k_p2 = triton.next_power_of_2(max(self.k, 1))
+        # [R] each request's first placeholder position f (n_r if none), written by the stats
+        # kernel and read by the residual-mass kernel's early exit
+        self.first_placeholder = torch.empty(self.num_reqs, dtype=torch.int32, device=self.target_logits.device)
 
     # ---- 1. block stats of the rows something reads: (R * groups, nb) programs
     def _stats(self) -> None:
@@ -423,7 +449,7 @@ class Pipeline(mrv2.Pipeline):
         _stats_kernel[(self.num_reqs * groups, self.num_blocks)](
             self.target_logits, self.target_logits.stride(0),
             self.draft_arg, *self.draft_strides,
-            self.draft_sampled, self.cu_num_logits, self.idx_mapping, self.temperature,
+            self.draft_sampled, self.cu_num_logits, self.idx_mapping, self.temperature, self.first_placeholder,
             self.target_local_argmax, self.target_local_max, self.target_local_sumexp,
             self.draft_local_max, self.draft_local_sumexp, self.num_blocks,
             self.vocab_size,
@@ -440,12 +466,12 @@ class Pipeline(mrv2.Pipeline):
         _residual_mass_kernel[(self.num_reqs * groups, self.num_blocks)](
             self.target_logits, self.target_logits.stride(0),
             self.draft_arg, *self.draft_strides,
-            self.draft_sampled, self.cumulative_log_p, self.cu_num_logits, self.idx_mapping, self.temperature,
+            self.cumulative_log_p, self.cu_num_logits, self.idx_mapping, self.first_placeholder, self.temperature,
             self.target_local_max, self.target_local_sumexp, self.draft_local_max, self.draft_local_sumexp,
             self.num_blocks, self.num_blocks,
             self.local_residual_mass,
             self.vocab_size,
-            K_P2=self.k_p2, ROWS=c.stats_rows, GROUPS=groups, BLOCK_V=c.stats_block,
+            ROWS=c.stats_rows, GROUPS=groups, BLOCK_V=c.stats_block,
             NUM_BLOCKS_P2=self.num_blocks_p2, num_warps=c.stats_warps,
         )  # fmt: skip
 
@@ -464,7 +490,7 @@ class Pipeline(mrv2.Pipeline):
             self.vocab_size,
             HAS_DRAFT_LOGITS=self.has_draft_logits, USE_BLOCK_VERIFICATION=self.use_block_verification,
             FAST_LOG=self.fast_log,
-            BLOCK_V=c.resample_block, num_warps=c.resample_warps,
+            BLOCK_V=c.resample_block, BLOCKS=c.resample_loop, num_warps=c.resample_warps,
         )  # fmt: skip
 
 
