@@ -4,8 +4,8 @@
 # GPU box, from the repository root, after `source scripts/gpu-env.sh`.
 set -u
 status=0
-# fast twice: its small-batch (row grid) and large-batch (request grid) configurations
-for run in mrv2 "fast --fast-config small" "fast --fast-config large" mrv2-pre50939 torch-eager; do
+# fast in each of its batch-size configurations
+for run in mrv2 "fast --fast-config tiny" "fast --fast-config small" "fast --fast-config large" mrv2-pre50939 torch-eager; do
   log=$(mktemp)
   # shellcheck disable=SC2086  # $run is a variant and its options
   timeout "${MEMCHECK_TIMEOUT:-120}" compute-sanitizer --tool memcheck --error-exitcode 1 \

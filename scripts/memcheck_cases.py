@@ -52,12 +52,12 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("variant", choices=[n for n in variants.names() if not n.startswith("flashinfer")])
     p.add_argument("--vocab-size", type=int, default=20000, help="20000: 3 stats blocks padded to 4")
-    p.add_argument("--fast-config", choices=("default", "small", "large"), default="default",
-                   help="fast only: force its small- or large-batch configuration at every batch size")  # fmt: skip
+    p.add_argument("--fast-config", choices=("default", "tiny", "small", "large"), default="default",
+                   help="fast only: force its tiny-, small- or large-batch configuration at every batch size")  # fmt: skip
     args = p.parse_args()
     if args.fast_config != "default":
-        # default_config() reads the threshold at call time
-        fast.SMALL_BATCH_BELOW = 1 << 30 if args.fast_config == "small" else 0
+        forced = {"tiny": fast.TINY_BATCH_CONFIG, "small": fast.SMALL_BATCH_CONFIG, "large": fast.LARGE_BATCH_CONFIG}
+        fast.default_config = lambda num_reqs: forced[args.fast_config]  # looked up at each Pipeline
     device = "cuda" if torch.cuda.is_available() else "cpu"
     label = args.variant + ("" if args.fast_config == "default" else f" ({args.fast_config} config)")
     print(f"{label}: {run(args.variant, device, args.vocab_size)} calls on {device} completed")

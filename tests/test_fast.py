@@ -30,6 +30,7 @@ def _rows_read_by_rule(inputs: dict) -> set[int]:
 
 # The two defaults, and tiles of several rows per program, with and without the speculative load
 ROW_CONFIGS = {
+    "tiny": fast.TINY_BATCH_CONFIG,
     "small": fast.SMALL_BATCH_CONFIG,
     "large": fast.LARGE_BATCH_CONFIG,
     "rows2": fast.Config(stats_block=256, stats_warps=2, stats_rows=2),
@@ -76,9 +77,11 @@ def test_residual_mass_only_for_rows_the_rejection_reads(device, config):
 
 
 def test_default_config_follows_the_batch_size(device):
-    assert fast.default_config(1) == fast.default_config(fast.SMALL_BATCH_BELOW - 1) == fast.SMALL_BATCH_CONFIG
+    assert fast.default_config(1) == fast.default_config(fast.TINY_BATCH_BELOW - 1) == fast.TINY_BATCH_CONFIG
+    assert fast.default_config(fast.TINY_BATCH_BELOW) == fast.default_config(fast.SMALL_BATCH_BELOW - 1) == fast.SMALL_BATCH_CONFIG
     assert fast.default_config(fast.SMALL_BATCH_BELOW) == fast.default_config(4096) == fast.LARGE_BATCH_CONFIG
-    for num_reqs, config in ((3, fast.SMALL_BATCH_CONFIG), (fast.SMALL_BATCH_BELOW, fast.LARGE_BATCH_CONFIG)):
+    cases = ((2, fast.TINY_BATCH_CONFIG), (5, fast.SMALL_BATCH_CONFIG), (fast.SMALL_BATCH_BELOW, fast.LARGE_BATCH_CONFIG))
+    for num_reqs, config in cases:
         inputs = make_inputs(Workload(num_reqs=num_reqs, num_speculative_steps=2, vocab_size=200), device=device)
         pipe = fast.Pipeline(**inputs)
         assert pipe.config == config and pipe.vocab_block_size == config.stats_block

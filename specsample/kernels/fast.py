@@ -4,35 +4,44 @@ Same inputs, outputs, modes and Philox draws as :mod:`.mrv2` (so the same refere
 draw); it differs only in what it skips and how it evaluates the same numbers. Each change is
 predicted and measured in ``notes/performance.md``:
 
-1. **Stats follow the valid drafts.** :func:`_stats_kernel` returns at once for a row nothing
-   reads: a non-greedy row ``j`` is read only if drafts ``d_1..d_{j+1}`` are all real (its own
-   draft is tested against it); a greedy row ``j`` only if ``d_1..d_j`` are (at the first
-   placeholder greedy writes the row's argmax). Rows after a request's first ``-1`` -- and, for
-   non-greedy requests, the row at it, which is resampled from the plain target -- are never
-   read. ``mrv2`` (like upstream after PR #50939, spec 5.5) reads every row. (mrv2's rejection
+1. **Stats and residual mass follow the valid drafts.** :func:`_stats_kernel` reads a
+   non-greedy row ``j`` only if drafts ``d_1..d_{j+1}`` are all real (its own draft is tested
+   against it), a greedy row ``j`` only if ``d_1..d_j`` are (at the first placeholder greedy
+   writes the row's argmax); :func:`_residual_mass_kernel` only rows ``1 <= j`` whose
+   ``d_1..d_{j+1}`` are real. Rows after a request's first ``-1`` -- and, for non-greedy
+   requests, the row at it, which is resampled from the plain target -- are never read.
+   ``mrv2`` (like upstream after PR #50939, spec 5.5) reads every stats row. (mrv2's rejection
    kernel, reused here, still reduces the unused LSE of a block-verification request's
    placeholder row; with those stats skipped it reads stale, in-bounds partials and the resample
    step ignores the value, sampling the plain target there.)
-2. **Fast logarithms on the GPU** (``Config.fast_log``): the two logs of the Gumbel noise use
+2. **Request-major grids.** Both kernels launch one program per (request, group of
+   ``Config.stats_rows`` rows, vocab block), finding the rows read from one vector load of the
+   request's drafts: no program at all for bonus rows (stats) or row 0 (residual mass), which
+   mrv2's (N, nb) grid launches only to exit. Tiles of 2-4 rows per program and a program
+   looping over its request's rows were measured slower at phi=0; one row per program is the
+   default (notes).
+3. **Fast logarithms on the GPU** (``Config.fast_log``): the two logs of the Gumbel noise use
    the hardware ``lg2.approx`` (relative error ~2**-22) instead of libdevice's ``logf``. This
    moves noise values by a few ulp, so a token can differ from the reference only where two
    candidates tie to within that; the tests bound such flips as they do for ``mrv2``. Off under
    the interpreter. A Philox with one 32x32->64 multiply per product instead of separate high
    and low multiplies was tried and measured slower (notes), so the noise is ``tl.rand``, as in
-   mrv2.
-3. **Block sizes per batch size** (``Config``, :func:`default_config`), chosen by measurement
+   mrv2. The resample's per-row set-up is hoisted out of its (``Config.resample_loop``) loop
+   over blocks, and a block's max and argmax are one reduction.
+4. **Block sizes per batch size** (``Config``, :func:`default_config`), chosen by measurement
    on the H200 (``scripts/tune_fast.py``): 4096-wide stats and 2048-wide resample blocks from
    32 requests up, mrv2's 8192 and 1024 below, where one partial wave of programs runs and
-   latency, not bandwidth, sets the time. (A grid of one program per request and block,
-   looping over the request's rows, was measured too: faster at phi=1, up to 50% slower at
-   phi=0; not kept, see the notes.)
+   latency, not bandwidth, sets the time; below 4 requests the stats also load their rows
+   before knowing which are read (``Config.speculative_load``), one dependent load sooner.
 
-Cumulative log p, residual mass, rejection and insert are ``mrv2``'s kernels, unchanged: the
-partial statistics they read are laid out the same way ([N, nb] per stats block).
+Cumulative log p, rejection and insert are ``mrv2``'s kernels, unchanged: the partial
+statistics they read are laid out the same way ([N, nb] per stats block, [R, rb] per resample
+program).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 import os
@@ -79,12 +88,18 @@ LARGE_BATCH_CONFIG = Config()
 # Small batches: one partial wave of programs, so latency chains set the time; mrv2's block
 # sizes keep every kernel as parallel as mrv2's.
 SMALL_BATCH_CONFIG = Config(stats_block=8192, stats_warps=8, resample_block=1024, resample_warps=4)
-# Batches of fewer requests than this use SMALL_BATCH_CONFIG.
+# Tiny batches: as small, and the stats load their rows before knowing which are read (the
+# rows not read cost bytes, which at R=8 and phi=0.5 outweigh the dependent load it saves).
+TINY_BATCH_CONFIG = dataclasses.replace(SMALL_BATCH_CONFIG, speculative_load=True)
+# Batches of fewer requests than these use TINY_BATCH_CONFIG, then SMALL_BATCH_CONFIG.
+TINY_BATCH_BELOW = 4
 SMALL_BATCH_BELOW = 32
 
 
 def default_config(num_reqs: int) -> Config:
     """The configuration used when none is given (R is known on the host: no device sync)."""
+    if num_reqs < TINY_BATCH_BELOW:
+        return TINY_BATCH_CONFIG
     return SMALL_BATCH_CONFIG if num_reqs < SMALL_BATCH_BELOW else LARGE_BATCH_CONFIG
 
 
@@ -149,8 +164,6 @@ def _stats_kernel(
     idx_mapping_ptr,
     # [max_num_reqs]
     temperature_ptr,
-    # [R] output: f per request
-    first_placeholder_ptr,
     # [N, nb] outputs
     target_local_argmax_ptr,
     target_local_max_ptr,
@@ -178,8 +191,6 @@ def _stats_kernel(
     offs = block * BLOCK_V + tl.arange(0, BLOCK_V)
     vmask = offs < vocab_size
     start, num_drafts, first = _request_rows(cu_num_logits_ptr, draft_sampled_ptr, req, K_P2)
-    if (j0 == 0) & (block == 0):
-        tl.store(first_placeholder_ptr + req, first.to(tl.int32))
     rows = start + j
     t_ptrs = target_logits_ptr + rows[:, None] * target_logits_stride + offs[None, :]
     if SPECULATIVE_LOAD:
@@ -247,12 +258,12 @@ def _residual_mass_kernel(
     draft_logits_stride_0,
     draft_logits_stride_1,
     # [N]
+    draft_sampled_ptr,
     cumulative_log_p_ptr,
     # [R + 1]
     cu_num_logits_ptr,
     # [R]
     idx_mapping_ptr,
-    first_placeholder_ptr,
     # [max_num_reqs]
     temperature_ptr,
     # [N, nb]
@@ -265,6 +276,7 @@ def _residual_mass_kernel(
     # [N, nb] output
     local_residual_mass_ptr,
     vocab_size,
+    K_P2: tl.constexpr,
     ROWS: tl.constexpr,
     GROUPS: tl.constexpr,
     BLOCK_V: tl.constexpr,
@@ -277,10 +289,9 @@ def _residual_mass_kernel(
     j0 = 1 + (tl.program_id(0) % GROUPS) * ROWS  # the tile's first local position
     j = j0 + tl.arange(0, ROWS)
     block = tl.program_id(1)
-    first = tl.load(first_placeholder_ptr + req)  # from the stats kernel: one load, then exit
+    start, num_drafts, first = _request_rows(cu_num_logits_ptr, draft_sampled_ptr, req, K_P2)
     if j0 >= first:
         return
-    start = tl.load(cu_num_logits_ptr + req).to(tl.int64)
     slot = tl.load(idx_mapping_ptr + req).to(tl.int64)
     temperature = tl.load(temperature_ptr + slot)
     if temperature == 0.0:
@@ -436,9 +447,6 @@ class Pipeline(mrv2.Pipeline):
         )  # fmt: skip
         self.fast_log = c.fast_log and self.target_logits.device.type == "cuda" and not _interpreted()
         self.k_p2 = triton.next_power_of_2(max(self.k, 1))
-        # [R] each request's first placeholder position f (n_r if none), written by the stats
-        # kernel and read by the residual-mass kernel's early exit
-        self.first_placeholder = torch.empty(self.num_reqs, dtype=torch.int32, device=self.target_logits.device)
 
     # ---- 1. block stats of the rows something reads: (R * groups, nb) programs
     def _stats(self) -> None:
@@ -449,7 +457,7 @@ class Pipeline(mrv2.Pipeline):
         _stats_kernel[(self.num_reqs * groups, self.num_blocks)](
             self.target_logits, self.target_logits.stride(0),
             self.draft_arg, *self.draft_strides,
-            self.draft_sampled, self.cu_num_logits, self.idx_mapping, self.temperature, self.first_placeholder,
+            self.draft_sampled, self.cu_num_logits, self.idx_mapping, self.temperature,
             self.target_local_argmax, self.target_local_max, self.target_local_sumexp,
             self.draft_local_max, self.draft_local_sumexp, self.num_blocks,
             self.vocab_size,
@@ -466,12 +474,12 @@ class Pipeline(mrv2.Pipeline):
         _residual_mass_kernel[(self.num_reqs * groups, self.num_blocks)](
             self.target_logits, self.target_logits.stride(0),
             self.draft_arg, *self.draft_strides,
-            self.cumulative_log_p, self.cu_num_logits, self.idx_mapping, self.first_placeholder, self.temperature,
+            self.draft_sampled, self.cumulative_log_p, self.cu_num_logits, self.idx_mapping, self.temperature,
             self.target_local_max, self.target_local_sumexp, self.draft_local_max, self.draft_local_sumexp,
             self.num_blocks, self.num_blocks,
             self.local_residual_mass,
             self.vocab_size,
-            ROWS=c.stats_rows, GROUPS=groups, BLOCK_V=c.stats_block,
+            K_P2=self.k_p2, ROWS=c.stats_rows, GROUPS=groups, BLOCK_V=c.stats_block,
             NUM_BLOCKS_P2=self.num_blocks_p2, num_warps=c.stats_warps,
         )  # fmt: skip
 
