@@ -40,6 +40,7 @@ WORKLOADS = {
     "R8-standard-phi0": Workload(num_reqs=8, mode="standard", **BASE),
     "R8-standard-phi0.5": Workload(num_reqs=8, mode="standard", placeholder_density=0.5, **BASE),
     "R8-greedy-phi0.5": Workload(num_reqs=8, mode="greedy", placeholder_density=0.5, **BASE),
+    "R8-block-phi0.5": Workload(num_reqs=8, mode="block", placeholder_density=0.5, **BASE),
     "R16-block-phi0": Workload(num_reqs=16, mode="block", **BASE),
     "R32-standard-phi0": Workload(num_reqs=32, mode="standard", **BASE),
     "R32-block-phi0.5": Workload(num_reqs=32, mode="block", placeholder_density=0.5, **BASE),
@@ -57,19 +58,8 @@ WORKLOADS = {
 }  # fmt: skip
 
 L, S = fast.LARGE_BATCH_CONFIG, fast.SMALL_BATCH_CONFIG
-CANDIDATES = {
-    "large": L,
-    "large-loop2": dataclasses.replace(L, resample_loop=2),
-    "large-loop3": dataclasses.replace(L, resample_loop=3),
-    "large-loop5": dataclasses.replace(L, resample_loop=5),
-    "large-loop8": dataclasses.replace(L, resample_loop=8),
-    "large-rs1024/4-loop5": dataclasses.replace(L, resample_block=1024, resample_loop=5),
-    "large-rs4096/8-loop2": dataclasses.replace(L, resample_block=4096, resample_warps=8, resample_loop=2),
-    "small": S,
-    "small-speculative": dataclasses.replace(S, speculative_load=True),
-    "small-loop2": dataclasses.replace(S, resample_loop=2),
-}
-STAGE_CANDIDATES = ("large", "large-loop3", "large-loop5")
+CANDIDATES = {"large": L, "small": S, "tiny": fast.TINY_BATCH_CONFIG}
+STAGE_CANDIDATES = ("large", "small", "before")
 CONFIG = TimingConfig(l2="cold", calls_per_sample=10, num_samples=15)
 # --before: the fast module of an earlier commit, timed beside the candidates in its own defaults
 BEFORE = None

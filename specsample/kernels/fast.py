@@ -133,12 +133,14 @@ def _gumbel_noise(seed, offset, FAST_LOG: tl.constexpr):
 def _request_rows(cu_num_logits_ptr, draft_sampled_ptr, req, K_P2: tl.constexpr):
     # A request's first row, its number of drafts n and the local position of its first
     # placeholder f: row start + j tests draft d_{j+1} = draft_sampled[start + 1 + j], so f is the
-    # first j with d_{j+1} = -1 (n if none). The K drafts load as one vector, no loop.
+    # first j with d_{j+1} = -1 (n if none). The drafts load as independent scalars, last first
+    # so that the first placeholder wins: no cross-warp reduction on the way to the logits load.
     start = tl.load(cu_num_logits_ptr + req).to(tl.int64)
     num_drafts = (tl.load(cu_num_logits_ptr + req + 1) - 1).to(tl.int64) - start
-    j = tl.arange(0, K_P2)
-    drafts = tl.load(draft_sampled_ptr + start + 1 + j, mask=j < num_drafts, other=0)
-    first = tl.min(tl.where(drafts < 0, j.to(tl.int64), num_drafts), 0)
+    first = num_drafts
+    for i in tl.static_range(K_P2 - 1, -1, -1):
+        d = tl.load(draft_sampled_ptr + start + 1 + i, mask=i < num_drafts, other=0)
+        first = tl.where(d < 0, i, first)
     return start, num_drafts, first
 
 
