@@ -18,12 +18,14 @@ def test_stage_calls_repeat_without_drift(device, pipeline):
     sampled, num_sampled = pipeline(**inputs).run()  # one whole call: what every stage must reproduce
     pipes = [pipeline(**inputs), pipeline(**inputs)]
     calls = stage_calls(pipes)
-    assert list(calls) == [s for s in STAGES if s in calls] and list(calls)[-1] == "insert"
+    # fast's resample kernel also inserts: it is its last stage
+    assert list(calls) == [s for s in STAGES if s in calls]
+    assert list(calls)[-1] == ("insert" if pipeline is mrv2.Pipeline else "resample")
     assert all(len(c) == len(pipes) for c in calls.values())
     tau = num_sampled - 1
     for p in pipes:
-        assert torch.equal(p.num_sampled, tau)  # left before insert
-    for _ in range(3):  # every stage, again and again: insert restores tau each time
+        assert torch.equal(p.num_sampled, tau)  # left before the last stage
+    for _ in range(3):  # every stage, again and again: the last one restores tau each time
         for per_pipe in calls.values():
             for call in per_pipe:
                 call()
