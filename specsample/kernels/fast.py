@@ -34,12 +34,13 @@ predicted and measured in ``notes/performance.md``:
    latency, not bandwidth, sets the time; below 4 requests the stats also load their rows
    before knowing which are read (``Config.speculative_load``), one dependent load sooner.
 
-5. **Insert inside the resample kernel.** Each resample program counts itself done with an
-   atomic add on ``num_sampled`` (tau stays in the low 16 bits); the request's last one takes
-   the argmax over the partials and writes the token and tau + 1, as mrv2's insert kernel does:
-   one launch fewer per call.
+5. **Insert inside the resample kernel below 32 requests** (``Config.fused_insert``). Each
+   resample program counts itself done with an atomic add on ``num_sampled`` (tau stays in the
+   low 16 bits); the request's last one takes the argmax over the partials and writes the token
+   and tau + 1, as mrv2's insert kernel does: one launch fewer, 2-6% at R = 1-8. From R=32 up
+   the count costs more than the launch (2-16% slower), so large batches keep mrv2's insert.
 
-Cumulative log p and rejection are ``mrv2``'s kernels, unchanged: the partial statistics they
+Cumulative log p, rejection and (large batches) insert are ``mrv2``'s kernels, unchanged: the partial statistics they
 read are laid out the same way ([N, nb] per stats block).
 """
 
@@ -73,6 +74,7 @@ class Config:
     resample_loop: int = 1  # resample blocks each program takes in turn
     resample_warps: int = 4
     fast_log: bool = True  # hardware lg2.approx for the Gumbel noise (GPU only)
+    fused_insert: bool = False  # the resample kernel's last program per request inserts
 
     def __post_init__(self) -> None:
         for name in ("stats_block", "resample_block"):
@@ -88,11 +90,12 @@ class Config:
             raise ValueError(f"stats_rows: expected 1, 2, 4 or 8, got {self.stats_rows}")
 
 
-# Large batches: bandwidth-bound, fewer and wider programs.
+# Large batches: bandwidth-bound, fewer and wider programs; a separate insert kernel (the fused
+# one's atomic count made R >= 32 2-16% slower).
 LARGE_BATCH_CONFIG = Config()
 # Small batches: one partial wave of programs, so latency chains set the time; mrv2's block
-# sizes keep every kernel as parallel as mrv2's.
-SMALL_BATCH_CONFIG = Config(stats_block=8192, stats_warps=8, resample_block=1024, resample_warps=4)
+# sizes keep every kernel as parallel as mrv2's, and one launch fewer (fused insert) pays.
+SMALL_BATCH_CONFIG = Config(stats_block=8192, stats_warps=8, resample_block=1024, resample_warps=4, fused_insert=True)
 # Tiny batches: as small, and the stats load their rows before knowing which are read (the
 # rows not read cost bytes, which at R=8 and phi=0.5 outweigh the dependent load it saves).
 TINY_BATCH_CONFIG = dataclasses.replace(SMALL_BATCH_CONFIG, speculative_load=True)
@@ -363,24 +366,28 @@ def _resample_kernel(
     FAST_LOG: tl.constexpr,
     BLOCK_V: tl.constexpr,
     BLOCKS: tl.constexpr,
+    FUSED_INSERT: tl.constexpr,
     NUM_SPANS_P2: tl.constexpr,
 ):
     # Program (r, s) takes blocks s*BLOCKS .. s*BLOCKS + BLOCKS-1 of request r's resample row in
     # turn: the row's set-up (tau, temperature, the noise seed) is paid once for all of them.
-    # The request's last program to finish then does mrv2's insert kernel's work (spec 3.7).
+    # With FUSED_INSERT the request's last program to finish then does mrv2's insert kernel's
+    # work (spec 3.7).
     req = tl.program_id(0).to(tl.int64)
     span = tl.program_id(1)
     slot = tl.load(idx_mapping_ptr + req).to(tl.int64)
     start = tl.load(cu_num_logits_ptr + req).to(tl.int64)
     end = tl.load(cu_num_logits_ptr + req + 1).to(tl.int64)
-    # num_sampled holds tau in its low 16 bits; each program adds 1 << 16 when it is done
-    tau = (tl.load(num_sampled_ptr + req) & 0xFFFF).to(tl.int64)
+    tau = tl.load(num_sampled_ptr + req)
+    if FUSED_INSERT:
+        tau = tau & 0xFFFF  # num_sampled holds tau in its low 16 bits; programs count above
+    tau = tau.to(tl.int64)
     row = start + tau
     is_bonus = row == end - 1
     temperature = tl.load(temperature_ptr + slot)
-    # A greedy request's rejected slot already holds the argmax: only the bonus row is sampled
-    sampling = (temperature != 0.0) | is_bonus
-    if sampling:
+    if not FUSED_INSERT:
+        if (temperature == 0.0) & (is_bonus == 0):
+            return  # greedy already stored the argmax at the rejected slot
         _resample_span(
             resampled_local_argmax_ptr, resampled_local_max_ptr, req * resampled_stride + span,
             target_rejected_lse_ptr, draft_rejected_lse_ptr, target_logits_ptr, target_logits_stride,
@@ -388,19 +395,29 @@ def _resample_kernel(
             cumulative_log_p_ptr, seed_ptr, req, slot, end, tau, row, is_bonus, temperature, span, vocab_size,
             HAS_DRAFT_LOGITS, USE_BLOCK_VERIFICATION, FAST_LOG, BLOCK_V, BLOCKS,
         )  # fmt: skip
-
-    # ---- insert, by the last of the request's programs to count itself done: the barrier puts
-    # every thread's partial stores before the (release) count; the one that sees num_spans - 1
-    # programs done before it (acquire) reads their partials past L1.
-    tl.debug_barrier()
-    done_before = tl.atomic_add(num_sampled_ptr + req, 1 << 16, sem="acq_rel") >> 16
-    tl.debug_barrier()
-    if done_before == num_spans - 1:
+    else:
+        # A greedy request's rejected slot already holds the argmax: only the bonus row is sampled
+        sampling = (temperature != 0.0) | is_bonus
         if sampling:
-            token = _resampled_token(resampled_local_argmax_ptr, resampled_local_max_ptr, req * resampled_stride,
-                                     num_spans, NUM_SPANS_P2, ".cg")  # fmt: skip
-            tl.store(sampled_ptr + req * sampled_stride + tau, token)
-        tl.store(num_sampled_ptr + req, (tau + 1).to(tl.int32))
+            _resample_span(
+                resampled_local_argmax_ptr, resampled_local_max_ptr, req * resampled_stride + span,
+                target_rejected_lse_ptr, draft_rejected_lse_ptr, target_logits_ptr, target_logits_stride,
+                draft_logits_ptr, draft_logits_stride_0, draft_logits_stride_1, draft_sampled_ptr, pos_ptr,
+                cumulative_log_p_ptr, seed_ptr, req, slot, end, tau, row, is_bonus, temperature, span, vocab_size,
+                HAS_DRAFT_LOGITS, USE_BLOCK_VERIFICATION, FAST_LOG, BLOCK_V, BLOCKS,
+            )  # fmt: skip
+        # ---- insert, by the last of the request's programs to count itself done: the barrier
+        # puts every thread's partial stores before the (release) count; the one that sees
+        # num_spans - 1 programs done before it (acquire) reads their partials past L1.
+        tl.debug_barrier()
+        done_before = tl.atomic_add(num_sampled_ptr + req, 1 << 16, sem="acq_rel") >> 16
+        tl.debug_barrier()
+        if done_before == num_spans - 1:
+            if sampling:
+                token = _resampled_token(resampled_local_argmax_ptr, resampled_local_max_ptr, req * resampled_stride,
+                                         num_spans, NUM_SPANS_P2, ".cg")  # fmt: skip
+                tl.store(sampled_ptr + req * sampled_stride + tau, token)
+            tl.store(num_sampled_ptr + req, (tau + 1).to(tl.int32))
 
 
 @triton.jit
@@ -491,7 +508,7 @@ class Pipeline(mrv2.Pipeline):
             # (one partial per program: resample_loop blocks; fp64 noise keeps mrv2's kernel and block)
             resample_block_size=mrv2.RESAMPLE_BLOCK_SIZE if use_fp64 else c.resample_block * c.resample_loop,
         )  # fmt: skip
-        if not use_fp64 and (self.num_resample_blocks >= 1 << 15 or self.k >= 1 << 16):
+        if c.fused_insert and not use_fp64 and (self.num_resample_blocks >= 1 << 15 or self.k >= 1 << 16):
             # the fused insert counts programs in num_sampled's high 16 bits, tau in the low ones
             raise ValueError(f"fast: {self.num_resample_blocks} resample programs per request or K={self.k} "
                              "is too many; use a wider Config.resample_block")  # fmt: skip
@@ -499,10 +516,12 @@ class Pipeline(mrv2.Pipeline):
         self.k_p2 = triton.next_power_of_2(max(self.k, 1))
 
     def stages(self) -> list[tuple[str, Callable[[], None]]]:
-        """mrv2's launches, less insert: the resample kernel's last program per request does its
-        work (with fp64 noise, mrv2's resample and insert kernels run)."""
+        """mrv2's launches; with ``Config.fused_insert`` less insert, whose work the resample
+        kernel's last program per request does (fp64 noise keeps mrv2's resample and insert)."""
         stages = super().stages()
-        return stages if self.use_fp64 or not stages else [s for s in stages if s[0] != "insert"]
+        if self.use_fp64 or not self.config.fused_insert:
+            return stages
+        return [s for s in stages if s[0] != "insert"]
 
     # ---- 1. block stats of the rows something reads: (R * groups, nb) programs
     def _stats(self) -> None:
@@ -555,7 +574,7 @@ class Pipeline(mrv2.Pipeline):
             self.vocab_size,
             HAS_DRAFT_LOGITS=self.has_draft_logits, USE_BLOCK_VERIFICATION=self.use_block_verification,
             FAST_LOG=self.fast_log,
-            BLOCK_V=c.resample_block, BLOCKS=c.resample_loop,
+            BLOCK_V=c.resample_block, BLOCKS=c.resample_loop, FUSED_INSERT=c.fused_insert,
             NUM_SPANS_P2=triton.next_power_of_2(self.num_resample_blocks), num_warps=c.resample_warps,
         )  # fmt: skip
 
