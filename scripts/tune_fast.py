@@ -87,7 +87,7 @@ def tune(name: str, w: Workload) -> dict[str, float]:
     best = min((v, k) for k, v in calls.items() if k != "mrv2")
     print(f"{name}: " + "  ".join(f"{k} {v:.1f}" for k, v in calls.items())
           + f"  | best {best[1]} {best[0]:.1f} us ({calls['mrv2'] / best[0]:.2f}x mrv2)", flush=True)  # fmt: skip
-    for label in ("mrv2", *STAGE_CANDIDATES):
+    for label in ("mrv2", *(c for c in STAGE_CANDIDATES if c in factories)):
         stages = {k.split(":")[1]: v for k, v in out.items() if k.startswith(label + ":") and not k.endswith(":call")}
         print(f"    {label} stages: " + "  ".join(f"{k} {v:.1f}" for k, v in stages.items()), flush=True)
     return out
