@@ -194,6 +194,9 @@ def run_tier(
             "-E", f"existing:{python}", "--set-commit-hash", commit, "--record-samples",
             "--bench", bench or bench_regex(tier), *extra_args,
         ]  # fmt: skip
+        # The GPU's description (seconds of copy-bandwidth timing) is measured before asv, so that
+        # a run stopped just after asv has saved does not lose it; it is copied in with the results.
+        info = write_gpu_info(Path(tmp) / "gpuinfo", machine, commit)
         log(f"specsample: {tier} tier at {commit[:8]} on {machine}: {' '.join(cmd[3:])}")
         start = time.monotonic()
         proc = subprocess.run(cmd, env=env, cwd=str(checkout))
@@ -206,7 +209,6 @@ def run_tier(
             raise RunError(f"asv wrote no results for {commit[:8]} on {machine} (exit {proc.returncode})")
         moved = promote(staging, results_dir, include_index=checkout == repo)
         # Written beside the staging area and renamed in, like the result files.
-        info = write_gpu_info(Path(tmp) / "gpuinfo", machine, commit)
         _atomic_copy(info, results_dir / machine / info.name)
         moved.append(results_dir / machine / info.name)
     return moved
