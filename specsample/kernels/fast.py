@@ -15,9 +15,10 @@ predicted and measured in ``notes/performance.md``:
    placeholder row; with those stats skipped it reads stale, in-bounds partials and the resample
    step ignores the value, sampling the plain target there.)
 2. **Request-major grids.** Both kernels launch one program per (request, group of
-   ``Config.stats_rows`` rows, vocab block), finding the rows read from one vector load of the
-   request's drafts: no program at all for bonus rows (stats) or row 0 (residual mass), which
-   mrv2's (N, nb) grid launches only to exit. Tiles of 2-4 rows per program and a program
+   ``Config.stats_rows`` rows, vocab block), finding the rows read from the request's drafts,
+   loaded as independent scalars (:func:`_request_rows`; a vector load and a cross-warp
+   ``tl.min`` measured slower at R=8): no program at all for bonus rows (stats) or row 0
+   (residual mass), which mrv2's (N, nb) grid launches only to exit. Tiles of 2-4 rows per program and a program
    looping over its request's rows were measured slower at phi=0; one row per program is the
    default (notes).
 3. **Fast logarithms on the GPU** (``Config.fast_log``): the two logs of the Gumbel noise use
