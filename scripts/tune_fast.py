@@ -13,6 +13,11 @@ kernel alone for mrv2 and the candidates in :data:`STAGE_CANDIDATES` (on pipelin
 would read tau + 1). It prints one line per
 workload and writes every median to JSON; the defaults (``fast.default_config``) are chosen
 from it by hand and recorded in ``notes/performance.md``.
+
+Candidates beyond ``large``, ``small`` and ``tiny`` are given on the command line as a named
+copy of one of them with some fields replaced, e.g. ``--candidate w8=large:stats_warps=8``
+(``--candidate NAME=BASE:FIELD=VALUE,...``); ``--stages`` names the candidates whose kernels are
+also timed alone.
 """
 
 from __future__ import annotations
@@ -65,6 +70,28 @@ CONFIG = TimingConfig(l2="cold", calls_per_sample=10, num_samples=15)
 BEFORE = None
 
 
+def parse_candidate(text: str) -> tuple[str, fast.Config]:
+    """``NAME=BASE:FIELD=VALUE,...`` -> (NAME, BASE's config with those fields replaced)."""
+    try:
+        name, rest = text.split("=", 1)
+        base, _, fields = rest.partition(":")
+        changes = dict(kv.split("=", 1) for kv in fields.split(",") if kv)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected NAME=BASE:FIELD=VALUE,..., got {text!r}") from None
+    if base not in CANDIDATES:
+        raise argparse.ArgumentTypeError(f"{text!r}: base must be one of {sorted(CANDIDATES)}, got {base!r}")
+    config = CANDIDATES[base]
+    types = {f.name: type(getattr(config, f.name)) for f in dataclasses.fields(config)}
+    unknown = sorted(set(changes) - set(types))
+    if unknown:
+        raise argparse.ArgumentTypeError(f"{text!r}: unknown Config fields {unknown}; known: {sorted(types)}")
+    try:
+        values = {k: (v.lower() in ("1", "true", "yes")) if types[k] is bool else types[k](v) for k, v in changes.items()}
+        return name, dataclasses.replace(config, **values)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"{text!r}: {e}") from None
+
+
 def tune(name: str, w: Workload) -> dict[str, float]:
     copies = input_copies(w, "cold")
     factories = {"mrv2": mrv2.Pipeline, **{k: functools.partial(fast.Pipeline, config=c) for k, c in CANDIDATES.items()}}
@@ -94,14 +121,27 @@ def tune(name: str, w: Workload) -> dict[str, float]:
 
 
 def main() -> None:
+    global STAGE_CANDIDATES, BEFORE
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", default="tune-fast.json")
     p.add_argument("--workload", action="append", choices=sorted(WORKLOADS), help="default: all")
+    p.add_argument("--candidate", action="append", type=parse_candidate, default=[],
+                   metavar="NAME=BASE:FIELD=VALUE,...", help="an extra candidate (see above)")
+    p.add_argument("--stages", help=f"comma-separated candidates whose kernels are timed alone "
+                   f"(default: {','.join(STAGE_CANDIDATES)}; 'before' needs --before)")
     p.add_argument("--before", metavar="MODULE", help="an earlier fast.py, importable as this module "
                    "(e.g. specsample.kernels._fast_before from `git show REF:specsample/kernels/fast.py`)")
     args = p.parse_args()
+    for name, config in args.candidate:
+        if name in CANDIDATES or name in ("mrv2", "before"):
+            p.error(f"--candidate {name}: the name is taken")
+        CANDIDATES[name] = config
+    if args.stages is not None:
+        STAGE_CANDIDATES = tuple(s for s in args.stages.split(",") if s)
+        unknown = sorted(set(STAGE_CANDIDATES) - set(CANDIDATES) - {"before"})
+        if unknown:
+            p.error(f"--stages: unknown candidates {unknown}")
     if args.before:
-        global BEFORE
         BEFORE = importlib.import_module(args.before)
     if not torch.cuda.is_available():
         raise SystemExit("tune_fast.py: needs a CUDA GPU")
