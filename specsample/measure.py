@@ -87,10 +87,11 @@ STAGE_VARIANTS = {
 def stage_calls(pipes: Sequence[mrv2_kernels.Pipeline]) -> dict[str, list]:
     """Each kernel of these pipelines (one per input copy) as calls that can be timed alone.
 
-    Runs every stage but ``insert`` once, so each stage finds the intermediates it reads and
-    ``num_sampled`` holds tau. Every stage is then idempotent except ``insert`` (it turns tau
-    into tau + 1): its calls restore ``num_sampled`` to tau first, so an insert timing includes
-    one ``R``-element copy. Returns ``{stage name: [one call per pipeline]}`` in pipeline order.
+    Runs every stage but the last once, so each stage finds the intermediates it reads and
+    ``num_sampled`` holds tau. Every stage is then idempotent except the last (``insert``, or
+    fast's resample, which inserts too: it turns tau into tau + 1): its calls restore
+    ``num_sampled`` to tau first, so its timing includes one ``R``-element copy. Returns
+    ``{stage name: [one call per pipeline]}`` in pipeline order.
     """
     for p in pipes:
         for _, stage in p.stages()[:-1]:
@@ -98,8 +99,9 @@ def stage_calls(pipes: Sequence[mrv2_kernels.Pipeline]) -> dict[str, list]:
     calls: dict[str, list] = {}
     for p in pipes:
         tau = p.num_sampled.clone()
-        for name, fn in p.stages():
-            calls.setdefault(name, []).append(_restoring(p, tau, fn) if name == "insert" else fn)
+        stages = p.stages()
+        for i, (name, fn) in enumerate(stages):
+            calls.setdefault(name, []).append(_restoring(p, tau, fn) if i == len(stages) - 1 else fn)
     return calls
 
 
@@ -123,9 +125,9 @@ def measure_stages(names: Sequence[str], w: Workload, config: TimingConfig = Tim
     return out
 
 
-def _restoring(pipeline: mrv2_kernels.Pipeline, tau: torch.Tensor, insert):
+def _restoring(pipeline: mrv2_kernels.Pipeline, tau: torch.Tensor, last_stage):
     def call():
         pipeline.num_sampled.copy_(tau)
-        insert()
+        last_stage()
 
     return call

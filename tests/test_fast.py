@@ -96,8 +96,9 @@ def test_default_config_follows_the_batch_size(device):
         fast.Config(stats_block=256, stats_rows=2, speculative_load=True),  # K=3: a half-full tile
         fast.Config(stats_block=128, stats_warps=2, stats_rows=4),
         fast.Config(stats_block=256, resample_block=128, resample_loop=3),  # 700 = 1.8 spans of 384
+        fast.Config(resample_block=128, resample_loop=2, fused_insert=True),  # 3 spans count to insert
     ],
-    ids=["small-blocks", "narrow-stats", "rows2-speculative", "rows4", "resample-loop3"],
+    ids=["small-blocks", "narrow-stats", "rows2-speculative", "rows4", "resample-loop3", "fused-insert-loop2"],
 )
 @pytest.mark.parametrize("mode,draft", [("greedy", "logits"), ("standard", "logits"), ("block", "logits"),
                                         ("block", "one-hot")])  # fmt: skip

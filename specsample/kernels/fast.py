@@ -35,9 +35,14 @@ predicted and measured in ``notes/performance.md``:
    latency, not bandwidth, sets the time; below 4 requests the stats also load their rows
    before knowing which are read (``Config.speculative_load``), one dependent load sooner.
 
-Cumulative log p, rejection and insert are ``mrv2``'s kernels, unchanged: the partial
-statistics they read are laid out the same way ([N, nb] per stats block, [R, rb] per resample
-program).
+5. **Insert inside the resample kernel below 32 requests** (``Config.fused_insert``). Each
+   resample program counts itself done with an atomic add on ``num_sampled`` (tau stays in the
+   low 16 bits); the request's last one takes the argmax over the partials and writes the token
+   and tau + 1, as mrv2's insert kernel does: one launch fewer, 2-6% at R = 1-8. From R=32 up
+   the count costs more than the launch (2-16% slower), so large batches keep mrv2's insert.
+
+Cumulative log p, rejection and (large batches) insert are ``mrv2``'s kernels, unchanged: the partial statistics they
+read are laid out the same way ([N, nb] per stats block).
 """
 
 from __future__ import annotations
@@ -46,6 +51,7 @@ import dataclasses
 import functools
 import inspect
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -54,7 +60,7 @@ import triton.language as tl
 from triton.language.extra import libdevice
 
 from . import mrv2
-from .mrv2 import MIN_UNIFORM, _log1m
+from .mrv2 import MIN_UNIFORM, _log1m, _resampled_token
 
 @dataclass(frozen=True)
 class Config:
@@ -69,6 +75,7 @@ class Config:
     resample_loop: int = 1  # resample blocks each program takes in turn
     resample_warps: int = 4
     fast_log: bool = True  # hardware lg2.approx for the Gumbel noise (GPU only)
+    fused_insert: bool = False  # the resample kernel's last program per request inserts
 
     def __post_init__(self) -> None:
         for name in ("stats_block", "resample_block"):
@@ -84,11 +91,12 @@ class Config:
             raise ValueError(f"stats_rows: expected 1, 2, 4 or 8, got {self.stats_rows}")
 
 
-# Large batches: bandwidth-bound, fewer and wider programs.
+# Large batches: bandwidth-bound, fewer and wider programs; a separate insert kernel (the fused
+# one's atomic count made R >= 32 2-16% slower).
 LARGE_BATCH_CONFIG = Config()
 # Small batches: one partial wave of programs, so latency chains set the time; mrv2's block
-# sizes keep every kernel as parallel as mrv2's.
-SMALL_BATCH_CONFIG = Config(stats_block=8192, stats_warps=8, resample_block=1024, resample_warps=4)
+# sizes keep every kernel as parallel as mrv2's, and one launch fewer (fused insert) pays.
+SMALL_BATCH_CONFIG = Config(stats_block=8192, stats_warps=8, resample_block=1024, resample_warps=4, fused_insert=True)
 # Tiny batches: as small, and the stats load their rows before knowing which are read (the
 # rows not read cost bytes, which at R=8 and phi=0.5 outweigh the dependent load it saves).
 TINY_BATCH_CONFIG = dataclasses.replace(SMALL_BATCH_CONFIG, speculative_load=True)
@@ -323,11 +331,15 @@ def _residual_mass_kernel(
 
 @triton.jit
 def _resample_kernel(
-    # [R, rb] outputs
+    # [R, K + 1] output
+    sampled_ptr,
+    sampled_stride,
+    # [R, rb] scratch
     resampled_local_argmax_ptr,
     resampled_local_max_ptr,
     resampled_stride,
-    # [R]
+    num_spans,
+    # [R] in: tau, out: tau + 1
     num_sampled_ptr,
     target_rejected_lse_ptr,
     draft_rejected_lse_ptr,
@@ -355,21 +367,71 @@ def _resample_kernel(
     FAST_LOG: tl.constexpr,
     BLOCK_V: tl.constexpr,
     BLOCKS: tl.constexpr,
+    FUSED_INSERT: tl.constexpr,
+    NUM_SPANS_P2: tl.constexpr,
 ):
     # Program (r, s) takes blocks s*BLOCKS .. s*BLOCKS + BLOCKS-1 of request r's resample row in
     # turn: the row's set-up (tau, temperature, the noise seed) is paid once for all of them.
+    # With FUSED_INSERT the request's last program to finish then does mrv2's insert kernel's
+    # work (spec 3.7).
     req = tl.program_id(0).to(tl.int64)
     span = tl.program_id(1)
     slot = tl.load(idx_mapping_ptr + req).to(tl.int64)
     start = tl.load(cu_num_logits_ptr + req).to(tl.int64)
     end = tl.load(cu_num_logits_ptr + req + 1).to(tl.int64)
-    tau = tl.load(num_sampled_ptr + req).to(tl.int64)
+    tau = tl.load(num_sampled_ptr + req)
+    if FUSED_INSERT:
+        tau = tau & 0xFFFF  # num_sampled holds tau in its low 16 bits; programs count above
+    tau = tau.to(tl.int64)
     row = start + tau
     is_bonus = row == end - 1
     temperature = tl.load(temperature_ptr + slot)
-    if (temperature == 0.0) & (is_bonus == 0):
-        return  # greedy already stored the argmax at the rejected slot
+    if not FUSED_INSERT:
+        if (temperature == 0.0) & (is_bonus == 0):
+            return  # greedy already stored the argmax at the rejected slot
+        _resample_span(
+            resampled_local_argmax_ptr, resampled_local_max_ptr, req * resampled_stride + span,
+            target_rejected_lse_ptr, draft_rejected_lse_ptr, target_logits_ptr, target_logits_stride,
+            draft_logits_ptr, draft_logits_stride_0, draft_logits_stride_1, draft_sampled_ptr, pos_ptr,
+            cumulative_log_p_ptr, seed_ptr, req, slot, end, tau, row, is_bonus, temperature, span, vocab_size,
+            HAS_DRAFT_LOGITS, USE_BLOCK_VERIFICATION, FAST_LOG, BLOCK_V, BLOCKS,
+        )  # fmt: skip
+    else:
+        # A greedy request's rejected slot already holds the argmax: only the bonus row is sampled
+        sampling = (temperature != 0.0) | is_bonus
+        if sampling:
+            _resample_span(
+                resampled_local_argmax_ptr, resampled_local_max_ptr, req * resampled_stride + span,
+                target_rejected_lse_ptr, draft_rejected_lse_ptr, target_logits_ptr, target_logits_stride,
+                draft_logits_ptr, draft_logits_stride_0, draft_logits_stride_1, draft_sampled_ptr, pos_ptr,
+                cumulative_log_p_ptr, seed_ptr, req, slot, end, tau, row, is_bonus, temperature, span, vocab_size,
+                HAS_DRAFT_LOGITS, USE_BLOCK_VERIFICATION, FAST_LOG, BLOCK_V, BLOCKS,
+            )  # fmt: skip
+        # ---- insert, by the last of the request's programs to count itself done: the barrier
+        # puts every thread's partial stores before the (release) count; the one that sees
+        # num_spans - 1 programs done before it (acquire) reads their partials past L1.
+        tl.debug_barrier()
+        done_before = tl.atomic_add(num_sampled_ptr + req, 1 << 16, sem="acq_rel") >> 16
+        tl.debug_barrier()
+        if done_before == num_spans - 1:
+            if sampling:
+                token = _resampled_token(resampled_local_argmax_ptr, resampled_local_max_ptr, req * resampled_stride,
+                                         num_spans, NUM_SPANS_P2, ".cg")  # fmt: skip
+                tl.store(sampled_ptr + req * sampled_stride + tau, token)
+            tl.store(num_sampled_ptr + req, (tau + 1).to(tl.int32))
 
+
+@triton.jit
+def _resample_span(
+    resampled_local_argmax_ptr, resampled_local_max_ptr, out,
+    target_rejected_lse_ptr, draft_rejected_lse_ptr, target_logits_ptr, target_logits_stride,
+    draft_logits_ptr, draft_logits_stride_0, draft_logits_stride_1, draft_sampled_ptr, pos_ptr,
+    cumulative_log_p_ptr, seed_ptr, req, slot, end, tau, row, is_bonus, temperature, span, vocab_size,
+    HAS_DRAFT_LOGITS: tl.constexpr, USE_BLOCK_VERIFICATION: tl.constexpr, FAST_LOG: tl.constexpr,
+    BLOCK_V: tl.constexpr, BLOCKS: tl.constexpr,
+):  # fmt: skip
+    # One program's partial: the Gumbel-max over its BLOCKS blocks of the resample row, stored at
+    # [R, rb] offset ``out``.
     rejected = tl.load(draft_sampled_ptr + row + 1, mask=row + 1 < end, other=0).to(tl.int64)
     plain = is_bonus | (rejected < 0)  # bonus row, or a placeholder never drawn: sample the target
     # Loaded whatever the row (in-bounds; unused for a plain row): one set-up for every block
@@ -413,7 +475,6 @@ def _resample_kernel(
         better = value > best_val
         best_idx = tl.where(better, (span * BLOCKS + i) * BLOCK_V + index.to(tl.int64), best_idx)
         best_val = tl.where(better, value, best_val)
-    out = req * resampled_stride + span
     tl.store(resampled_local_max_ptr + out, best_val)
     tl.store(resampled_local_argmax_ptr + out, best_idx)
 
@@ -448,8 +509,20 @@ class Pipeline(mrv2.Pipeline):
             # (one partial per program: resample_loop blocks; fp64 noise keeps mrv2's kernel and block)
             resample_block_size=mrv2.RESAMPLE_BLOCK_SIZE if use_fp64 else c.resample_block * c.resample_loop,
         )  # fmt: skip
+        if c.fused_insert and not use_fp64 and (self.num_resample_blocks >= 1 << 15 or self.k >= 1 << 16):
+            # the fused insert counts programs in num_sampled's high 16 bits, tau in the low ones
+            raise ValueError(f"fast: {self.num_resample_blocks} resample programs per request or K={self.k} "
+                             "is too many; use a wider Config.resample_block")  # fmt: skip
         self.fast_log = c.fast_log and self.target_logits.device.type == "cuda" and not _interpreted()
         self.k_p2 = triton.next_power_of_2(max(self.k, 1))
+
+    def stages(self) -> list[tuple[str, Callable[[], None]]]:
+        """mrv2's launches; with ``Config.fused_insert`` less insert, whose work the resample
+        kernel's last program per request does (fp64 noise keeps mrv2's resample and insert)."""
+        stages = super().stages()
+        if self.use_fp64 or not self.config.fused_insert:
+            return stages
+        return [s for s in stages if s[0] != "insert"]
 
     # ---- 1. block stats of the rows something reads: (R * groups, nb) programs
     def _stats(self) -> None:
@@ -486,13 +559,14 @@ class Pipeline(mrv2.Pipeline):
             NUM_BLOCKS_P2=self.num_blocks_p2, num_warps=c.stats_warps,
         )  # fmt: skip
 
-    # ---- 5. resample with the fast logs
+    # ---- 5. resample with the fast logs, then insert: num_sampled = tau + 1
     def _resample(self) -> None:
         if self.use_fp64:
             return super()._resample()
         c = self.config
         _resample_kernel[(self.num_reqs, self.num_resample_blocks)](
-            self.resampled_local_argmax, self.resampled_local_max, self.num_resample_blocks,
+            self.sampled, self.sampled.stride(0),
+            self.resampled_local_argmax, self.resampled_local_max, self.num_resample_blocks, self.num_resample_blocks,
             self.num_sampled, self.target_rejected_lse, self.draft_rejected_lse,
             self.target_logits, self.target_logits.stride(0),
             self.draft_arg, *self.draft_strides,
@@ -501,7 +575,8 @@ class Pipeline(mrv2.Pipeline):
             self.vocab_size,
             HAS_DRAFT_LOGITS=self.has_draft_logits, USE_BLOCK_VERIFICATION=self.use_block_verification,
             FAST_LOG=self.fast_log,
-            BLOCK_V=c.resample_block, BLOCKS=c.resample_loop, num_warps=c.resample_warps,
+            BLOCK_V=c.resample_block, BLOCKS=c.resample_loop, FUSED_INSERT=c.fused_insert,
+            NUM_SPANS_P2=triton.next_power_of_2(self.num_resample_blocks), num_warps=c.resample_warps,
         )  # fmt: skip
 
 

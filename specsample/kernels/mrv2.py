@@ -608,13 +608,20 @@ def _insert_kernel(
     temperature = tl.load(temperature_ptr + slot)
     if (temperature == 0.0) & (is_bonus == 0):
         return
-    offs = tl.arange(0, NUM_RESAMPLE_BLOCKS_P2)
-    mask = offs < num_resample_blocks
-    m = tl.load(resampled_local_max_ptr + req * resampled_stride + offs, mask=mask, other=float("-inf"))
+    token = _resampled_token(resampled_local_argmax_ptr, resampled_local_max_ptr, req * resampled_stride,
+                             num_resample_blocks, NUM_RESAMPLE_BLOCKS_P2, "")  # fmt: skip
+    tl.store(sampled_ptr + req * sampled_stride + tau, token)
+
+
+@triton.jit
+def _resampled_token(local_argmax_ptr, local_max_ptr, offset, num_blocks, NUM_BLOCKS_P2: tl.constexpr,
+                     CACHE: tl.constexpr):  # fmt: skip
+    # The token of the first block whose maximum is largest; NaN maxima count as -inf (spec 3.7).
+    offs = tl.arange(0, NUM_BLOCKS_P2)
+    m = tl.load(local_max_ptr + offset + offs, mask=offs < num_blocks, other=float("-inf"), cache_modifier=CACHE)
     m = tl.where(m != m, float("-inf"), m)
     best = tl.argmax(m, 0, tie_break_left=True)
-    token = tl.load(resampled_local_argmax_ptr + req * resampled_stride + best)
-    tl.store(sampled_ptr + req * sampled_stride + tau, token)
+    return tl.load(local_argmax_ptr + offset + best, cache_modifier=CACHE)
 
 
 # ---------------------------------------------------------------------------------------------
