@@ -257,7 +257,7 @@ class Stages:
         _needs_cuda()
         self.cache = shared_measurement(type(self).__name__, self.measure_sweep)
         if tuple(params) not in self.cache:
-            raise NotImplementedError("this variant, mode or draft kind does not launch this kernel")
+            raise NotImplementedError("this mode or draft kind does not launch this kernel")
 
     def measure_sweep(self) -> dict:
         groups: dict[tuple, list[str]] = {}
