@@ -34,15 +34,19 @@ predicted and measured in ``notes/performance.md``:
    32 requests up, mrv2's 8192 and 1024 below, where one partial wave of programs runs and
    latency, not bandwidth, sets the time; below 4 requests the stats also load their rows
    before knowing which are read (``Config.speculative_load``), one dependent load sooner.
-
 5. **Insert inside the resample kernel below 32 requests** (``Config.fused_insert``). Each
    resample program counts itself done with an atomic add on ``num_sampled`` (tau stays in the
    low 16 bits); the request's last one takes the argmax over the partials and writes the token
    and tau + 1, as mrv2's insert kernel does: one launch fewer, 2-6% at R = 1-8. From R=32 up
    the count costs more than the launch (2-16% slower), so large batches keep mrv2's insert.
 
-Cumulative log p, rejection and (large batches) insert are ``mrv2``'s kernels, unchanged: the partial statistics they
-read are laid out the same way ([N, nb] per stats block).
+Cumulative log p, rejection and (large batches) insert are ``mrv2``'s kernels, unchanged: the
+partial statistics they read are laid out the same way ([N, nb] per stats block).
+
+Measured and not kept (notes/performance.md, session 5; code on branches ``work-list`` and
+``groups``): persistent stats and residual-mass kernels over a plan kernel's list of the rows
+read (phi=1 14% faster, phi=0 13% slower), and the batch in request groups on two CUDA streams
+so that one group's stats overlap another's resample (the two grids do not share the SMs).
 """
 
 from __future__ import annotations
