@@ -79,6 +79,7 @@ class Config:
     resample_loop: int = 1  # resample blocks each program takes in turn
     resample_warps: int = 4
     fast_log: bool = True  # hardware lg2.approx for the Gumbel noise (GPU only)
+    early_draft_load: bool = False  # stats: issue the draft rows' load with the target's
     fused_insert: bool = False  # the resample kernel's last program per request inserts
 
     def __post_init__(self) -> None:
@@ -193,6 +194,7 @@ def _stats_kernel(
     GROUPS: tl.constexpr,
     BLOCK_V: tl.constexpr,
     SPECULATIVE_LOAD: tl.constexpr,
+    EARLY_DRAFT_LOAD: tl.constexpr,
 ):
     # Program (req * GROUPS + g, b): rows j = g*ROWS .. g*ROWS + ROWS-1 of request req, one
     # [ROWS, BLOCK_V] tile of vocab block b. A greedy request reads rows j <= f (at the first
@@ -221,6 +223,12 @@ def _stats_kernel(
     read = j < num_read
     if not SPECULATIVE_LOAD:
         x = tl.load(t_ptrs, mask=read[:, None] & vmask[None, :], other=float("-inf"))
+    if HAS_DRAFT_LOGITS and EARLY_DRAFT_LOAD:
+        # Issued with the target's load (nothing for a greedy row): below, after the target's
+        # reductions and stores, the compiler may not move it up past those stores.
+        d_ptrs = draft_logits_ptr + slot * draft_logits_stride_0 + j[:, None].to(tl.int64) * draft_logits_stride_1
+        drafted = j < tl.where(temperature != 0.0, num_read, 0)
+        y_early = tl.load(d_ptrs + offs[None, :], mask=drafted[:, None] & vmask[None, :], other=float("-inf"))
 
     # ---- NaN is treated as -inf throughout (as mrv2)
     x = x.to(tl.float32)
@@ -235,9 +243,12 @@ def _stats_kernel(
         e = tl.where(x == float("-inf"), 0.0, tl.exp(x - block_max[:, None]))
         tl.store(target_local_sumexp_ptr + out, tl.sum(e, 1), mask=read)
         if HAS_DRAFT_LOGITS:
-            d_ptrs = draft_logits_ptr + slot * draft_logits_stride_0 + j[:, None].to(tl.int64) * draft_logits_stride_1
-            y = tl.load(d_ptrs + offs[None, :], mask=read[:, None] & vmask[None, :], other=float("-inf"))
-            y = y.to(tl.float32) / temperature
+            if EARLY_DRAFT_LOAD:
+                y = y_early.to(tl.float32) / temperature
+            else:
+                d_ptrs = draft_logits_ptr + slot * draft_logits_stride_0 + j[:, None].to(tl.int64) * draft_logits_stride_1
+                y = tl.load(d_ptrs + offs[None, :], mask=read[:, None] & vmask[None, :], other=float("-inf"))
+                y = y.to(tl.float32) / temperature
             y = tl.where(y != y, float("-inf"), y)
             d_max = tl.max(y, 1)
             ey = tl.where(y == float("-inf"), 0.0, tl.exp(y - d_max[:, None]))
@@ -542,7 +553,8 @@ class Pipeline(mrv2.Pipeline):
             self.draft_local_max, self.draft_local_sumexp, self.num_blocks,
             self.vocab_size,
             HAS_DRAFT_LOGITS=self.has_draft_logits, K_P2=self.k_p2, ROWS=c.stats_rows, GROUPS=groups,
-            BLOCK_V=c.stats_block, SPECULATIVE_LOAD=c.speculative_load, num_warps=c.stats_warps,
+            BLOCK_V=c.stats_block, SPECULATIVE_LOAD=c.speculative_load, EARLY_DRAFT_LOAD=c.early_draft_load,
+            num_warps=c.stats_warps,
         )  # fmt: skip
 
     # ---- 3. residual mass of the rows the rejection kernel reads: rows 1..K-1
