@@ -79,7 +79,7 @@ class Config:
     resample_loop: int = 1  # resample blocks each program takes in turn
     resample_warps: int = 4
     fast_log: bool = True  # hardware lg2.approx for the Gumbel noise (GPU only)
-    early_draft_load: bool = False  # stats: issue the draft rows' load with the target's
+    early_draft_load: bool = True  # stats: issue the draft rows' load with the target's
     fused_insert: bool = False  # the resample kernel's last program per request inserts
 
     def __post_init__(self) -> None:
