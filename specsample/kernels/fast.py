@@ -39,6 +39,11 @@ predicted and measured in ``notes/performance.md``:
    low 16 bits); the request's last one takes the argmax over the partials and writes the token
    and tau + 1, as mrv2's insert kernel does: one launch fewer, 2-6% at R = 1-8. From R=32 up
    the count costs more than the launch (2-16% slower), so large batches keep mrv2's insert.
+6. **The draft rows load with the target's** (``Config.early_draft_load``): the stats kernel
+   issues both loads before any reduction (a greedy row's draft load is masked off); after
+   the target's reductions and stores the compiler may not move the draft load up past those
+   stores. 79 registers instead of 116 at 4096/4 on sm_90, stats 143 -> 135 us at the base
+   point, phi=0.
 
 Cumulative log p, rejection and (large batches) insert are ``mrv2``'s kernels, unchanged: the
 partial statistics they read are laid out the same way ([N, nb] per stats block).
