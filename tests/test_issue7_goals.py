@@ -3,25 +3,17 @@ whose answers are known."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pandas as pd
 import pytest
+from script_loader import script_module
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "issue7_goals.py"
 BASE = dict(num_reqs=128, K=4, vocab_size=151936, pattern="trailing", draft="logits")
 
 
 @pytest.fixture(scope="module")
 def script():
-    spec = importlib.util.spec_from_file_location("issue7_goals", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    yield module
-    del sys.modules[spec.name]
+    with script_module("issue7_goals") as module:
+        yield module
 
 
 def _frame() -> pd.DataFrame:

@@ -3,25 +3,17 @@
 from __future__ import annotations
 
 import argparse
-import importlib.util
-import sys
-from pathlib import Path
 
 import pytest
+from script_loader import script_module
 
 from specsample.kernels import fast
-
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "tune_fast.py"
 
 
 @pytest.fixture(scope="module")
 def script():
-    spec = importlib.util.spec_from_file_location("tune_fast", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    yield module
-    del sys.modules[spec.name]
+    with script_module("tune_fast") as module:
+        yield module
 
 
 def test_candidate_replaces_fields_of_its_base(script):

@@ -4,31 +4,23 @@ test checks the flow (calibration, planted commits, sign-offs, outputs), not det
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 import shutil
-import sys
-from pathlib import Path
 
 import pandas as pd
 import pytest
+from script_loader import script_module
 from gitrepo import make_repo
 
 from specsample.asv_runs import git
 from specsample.results import COLUMNS
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "validate_signoff.py"
-
 
 @pytest.fixture(scope="module")
 def script():
-    spec = importlib.util.spec_from_file_location("validate_signoff", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up there
-    spec.loader.exec_module(module)
-    yield module
-    del sys.modules[spec.name]
+    with script_module("validate_signoff") as module:
+        yield module
 
 
 def test_choose_iters_interpolates_the_measured_curve(script):
