@@ -1,21 +1,21 @@
-"""End-to-end sampler benchmarks: every sampler sweep of every tier (``specsample.grid``).
+"""End-to-end sampler benchmarks: every sampler sweep of every tier (``specsample.tiers``).
 
 Classes are generated, named ``<Tier><Sweep><Metric>`` (e.g. ``NightlyBatchLatency``,
-``NightlyDensityDerived``, ``SmokeGridLatency``); ``specsample.grid.bench_regex(tier)`` selects
-a tier. Every registered variant must appear in some sweep: a new variant without a benchmark
-fails here, at import.
+``NightlyDensityDerived``, ``SmokeGridLatency``); ``specsample.tiers.bench_regex(tier)`` selects
+a tier. Every one of specsample's own subjects must appear in some sweep: a new subject
+without a benchmark fails here, at import.
 """
 
-from specsample import variants
-from specsample.grid import sweeps
+from specsample import subjects
+from specsample.tiers import sweeps
 
 from .common import make_classes
 
 _SAMPLER_SWEEPS = tuple(s for s in sweeps() if s.kind == "sampler")
 
-_benchmarked = {v for s in _SAMPLER_SWEEPS for v in dict(s.axes)["variant"]}
-_missing = set(variants.names()) - _benchmarked
+_benchmarked = {name for s in _SAMPLER_SWEEPS for name in s.subjects}
+_missing = set(subjects.names()) - _benchmarked
 if _missing:
-    raise NotImplementedError(f"variants without a benchmark: {sorted(_missing)}")
+    raise NotImplementedError(f"subjects without a benchmark: {sorted(_missing)}")
 
 globals().update(make_classes(_SAMPLER_SWEEPS, __name__))

@@ -1,8 +1,8 @@
-"""Per-kernel breakdown: each kernel of the pipeline timed on its own, for ``mrv2`` and the
-``mrv2-pre50939`` replica, so a change shows which kernel moved and the PR's saving shows where
-it comes from. Classes: ``NightlyStages``, ``FullStages``."""
+"""Per-kernel breakdown: each kernel of the pipeline timed on its own, for ``mrv2``, ``fast`` and
+the ``mrv2-pre50939`` replica, so a change shows which kernel moved and the PR's saving shows
+where it comes from. Classes: ``NightlyStages``, ``FullStages``."""
 
-from specsample.grid import sweeps
+from specsample.tiers import sweeps
 
 from .common import make_classes
 

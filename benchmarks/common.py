@@ -1,6 +1,6 @@
 """Shared pieces of the asv suite: metric mixins and the class factory.
 
-Every benchmark class is generated from a :class:`specsample.grid.Sweep` (one place declares
+Every benchmark class is generated from a :class:`specsample.tiers.Sweep` (one place declares
 the grid) by combining a metric mixin with the sweep's ``params``:
 
 * :class:`Latency` -- ``time_sample``: per-call seconds of one end-to-end sampler call on the
@@ -42,6 +42,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import json
 import os
 import pickle
 import tempfile
@@ -51,9 +52,10 @@ from pathlib import Path
 import torch
 from asv_runner.benchmarks.mark import SkipNotImplemented
 
-from specsample import timing, variants
-from specsample.grid import Sweep, workload_of
-from specsample.measure import measure_stages, measure_variants
+from specsample import subjects, timing, worker
+from specsample.schema import axis_name
+from specsample.tiers import Sweep
+from specsample.workloads import workload_of as _workload_of
 
 GPU_CLOCK = timing.GpuClock()
 NIGHTLY_TIMING = timing.TimingConfig(l2="cold", calls_per_sample=10, num_samples=20)
@@ -108,43 +110,81 @@ def shared_measurement(key: str, measure: Callable[[], object]) -> object:
         return value
 
 
-def point_record(t: timing.Timing) -> dict:
-    """What the shared measurement keeps of one point: the raw per-call samples in the order
-    they were taken, their median, the bytes the algorithm must move, and how they were taken."""
-    return {
-        "samples": list(t.samples),
-        "median": t.median,
-        "bytes": t.extra["bytes_required"],
-        "method": t.method,  # "cuda-graph" or "events"
-        "l2": t.l2,
-        "calls_per_sample": t.calls_per_sample,
-        "input_copies": t.input_copies,
-        "capture_error": t.extra.get("capture_error"),
-    }
+def _canonical(point: dict) -> dict:
+    """A point under asv's parameter names -> the same point under the canonical axis names."""
+    return {axis_name(k): v for k, v in point.items()}
+
+
+def workload_of(point: dict):
+    """The workload of a point given under asv's parameter names."""
+    return _workload_of(_canonical(point))
+
+
+def _progress(line: str) -> None:
+    """Progress of a long measurement: stderr, and the run's progress file, which
+    ``specsample bench`` prints as it grows (asv shows a benchmark's output only at its end)."""
+    print(line, file=__import__("sys").stderr, flush=True)
+    with contextlib.suppress(OSError), open(_run_scratch() / "progress.log", "a") as fh:
+        fh.write(line + "\n")
+
+
+def _units(sweep: Sweep, drop: tuple[str, ...]) -> list[worker.Unit]:
+    """One worker unit per point of ``sweep`` less the ``drop`` axes, its subjects interleaved."""
+    groups: dict[tuple, list[str]] = {}
+    for point in sweep.points():
+        key = tuple((k, v) for k, v in point.items() if k not in drop)
+        if point["subject"] not in groups.setdefault(key, []):
+            groups[key].append(point["subject"])
+    kind = "stages" if sweep.kind == "stages" else "sampler"
+    return [worker.Unit(f"{sweep.class_name}/{i}", dict(key), tuple(names), kind)
+            for i, (key, names) in enumerate(groups.items())]  # fmt: skip
+
+
+def _write_outcomes(sweep: Sweep, units: list[worker.Unit], outcome: worker.Outcome) -> None:
+    """The sweep's per-point outcomes and its subjects' provenance, for ``specsample bench`` to
+    keep beside the results (``results/<machine>/<sha8>.outcomes``)."""
+    points = []
+    for unit in units:
+        for subject, record in outcome.records[unit.key].items():
+            points.append({"tier": sweep.tier, "sweep": sweep.name, "point": unit.point, "subject": subject,
+                           "status": record["status"], "semantics": record.get("semantics"),
+                           "reason": record.get("reason") or record.get("semantics_detail") or None})  # fmt: skip
+    data = {"subjects": outcome.provenance, "points": points}
+    (_run_scratch() / f"{sweep.class_name}.outcomes.json").write_text(json.dumps(data, default=str))
+
+
+def _job_options(sweep: Sweep) -> worker.JobOptions:
+    return worker.JobOptions(l2=NIGHTLY_TIMING.l2, calls_per_sample=NIGHTLY_TIMING.calls_per_sample,
+                             num_samples=NIGHTLY_TIMING.num_samples)  # fmt: skip
 
 
 def measure_sweep(sweep: Sweep) -> dict:
-    """Every point of ``sweep``, all variants of a point interleaved in this one process.
+    """Every point of ``sweep``, all subjects of a point interleaved, in worker processes
+    (:mod:`specsample.worker`: a subject that faults or hangs costs only its own points).
 
-    ``{"copy_bandwidth": bytes/s, "points": {params tuple: point_record(...)}}``; a point whose
-    variant cannot run its workload is absent."""
+    ``{"copy_bandwidth": bytes/s, "points": {params tuple: record}}``: a worker record
+    (``status`` "ok" with the samples, "failed" or "crashed" with the reason; a point whose
+    subject cannot run its workload is absent, and asv skips it)."""
     _needs_cuda()
     out = {"copy_bandwidth": timing.copy_bandwidth(), "points": {}}
-    names = sweep.param_names
-    groups: dict[tuple, list[str]] = {}
-    for point in sweep.points():
-        groups.setdefault(_group_key(point, ("variant",)), []).append(point["variant"])
-    for key, variant_names in groups.items():
-        w = workload_of(dict(key, variant=variant_names[0]))
-        for name, t in measure_variants(variant_names, w, NIGHTLY_TIMING).items():
-            if isinstance(t, timing.Timing):
-                out["points"][tuple(dict(key, variant=name)[n] for n in names)] = point_record(t)
+    units = _units(sweep, ("subject",))
+    outcome = worker.run_units(units, _job_options(sweep), log=_progress)
+    names = sweep.axis_names
+    for unit in units:
+        for subject, record in outcome.records[unit.key].items():
+            if record["status"] != "skipped":
+                out["points"][tuple(dict(unit.point, subject=subject)[n] for n in names)] = record
+    _write_outcomes(sweep, units, outcome)
     return out
+
+
+_MEASURED: dict[str, dict] = {}
 
 
 def sweep_measurement(sweep: Sweep) -> dict:
     """The sweep's one measurement in this asv run, shared by its Latency and Derived classes."""
-    return shared_measurement(sweep.class_name, lambda: measure_sweep(sweep))
+    _MEASURED[sweep.class_name] = shared_measurement(sweep.class_name, lambda: measure_sweep(sweep))
+    return _MEASURED[sweep.class_name]
 
 
 class Replay:
@@ -167,7 +207,11 @@ class Replay:
 
 def _claim_replay(key: str, params: tuple) -> None:
     """Fail if this asv run already replayed this point: asv ``rounds`` > 1 (each round is a
-    new process) would otherwise hand asv the same samples again as if they were new ones."""
+    new process) would otherwise hand asv the same samples again as if they were new ones.
+    Fail, too, for a point whose subject failed or crashed: asv records it as failed."""
+    record = _MEASURED.get(key, {}).get("points", {}).get(tuple(params), {})
+    if record.get("status", "ok") != "ok":
+        raise RuntimeError(f"{record['status']}: {record.get('reason')}")
     claims = _run_scratch() / f"{key}.replayed"
     claims.mkdir(exist_ok=True)
     name = hashlib.sha256(repr(tuple(params)).encode()).hexdigest()[:24]
@@ -260,16 +304,20 @@ class Stages:
             raise NotImplementedError("this mode or draft kind does not launch this kernel")
 
     def measure_sweep(self) -> dict:
-        groups: dict[tuple, list[str]] = {}
-        for point in self.sweep.points():
-            key = _group_key(point, ("variant", "stage"))
-            if point["variant"] not in groups.setdefault(key, []):
-                groups[key].append(point["variant"])
+        """``{params tuple: seconds}`` per (subject, stage); a subject that failed or crashed
+        maps to its reason (a string), so ``track_stage_us`` fails there instead of skipping."""
+        units = _units(self.sweep, ("subject", "stage"))
+        outcome = worker.run_units(units, _job_options(self.sweep), log=_progress)
         out = {}
-        for key, variant_names in groups.items():
-            w = workload_of(dict(key, variant=variant_names[0]))
-            for (name, stage), t in measure_stages(variant_names, w, NIGHTLY_TIMING).items():
-                out[tuple(dict(key, variant=name, stage=stage)[n] for n in self.param_names)] = t.median
+        for unit in units:
+            for subject, record in outcome.records[unit.key].items():
+                for stage in self.sweep.params[self.sweep.axis_names.index("stage")]:
+                    key = tuple(dict(unit.point, subject=subject, stage=stage)[n] for n in self.sweep.axis_names)
+                    if record["status"] == "ok" and stage in record["stages"]:
+                        out[key] = record["stages"][stage]["median"]
+                    elif record["status"] in ("failed", "crashed"):
+                        out[key] = f"{record['status']}: {record['reason']}"
+        _write_outcomes(self.sweep, units, outcome)
         return out
 
     def track_stage_us(self, *params):
@@ -290,10 +338,11 @@ class SmokeLatency:
     def setup(self, *params):
         device = "cuda" if torch.cuda.is_available() else "cpu"
         if device == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
+            # specsample bench --tier smoke sets it; a bare asv run without a GPU must too
             raise NotImplementedError("no CUDA and TRITON_INTERPRET is not 1")
         point = _point(self.param_names, params)
         w = workload_of(point)
-        self.prepared = variants.get(point["variant"]).prepare(w, device=device)
+        self.prepared = subjects.get(point["variant"]).prepare(w, device=device)
 
     def time_sample(self, *params):
         self.prepared.call()
@@ -321,6 +370,8 @@ def make_classes(sweeps: tuple[Sweep, ...], module: str) -> dict[str, type]:
                 "sweep": sweep,
                 "params": sweep.params,
                 "param_names": sweep.param_names,
+                # the first point of a sweep measures all of it (the releases tier's take longer)
+                "timeout": sweep.timeout,
             }
             classes[name] = type(name, (mixin,), attrs)
     return classes

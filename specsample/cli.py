@@ -1,14 +1,19 @@
-"""``specsample`` command line: argument parsing and file I/O only; the work lives in modules.
+"""``specsample`` command line: argument parsing and I/O only; the work lives in the modules.
 
 Commands
 --------
-compare    time variants side by side in one process (interleaved), no asv
-bench      run one asv tier at HEAD (GPU box), results into results/
-nightly    bench the nightly tier, asv publish, rebuild the dashboards (locked)
-backfill   bench past commits, each in its own worktree
-dashboard  build dashboards/ from results/ (works without a GPU)
-signoff    compare two commits (or two variants) and exit 0/1/2
-gpuinfo    print what the machine has
+compare      time subjects side by side in one process (interleaved), no asv
+bench        run one asv tier at HEAD (GPU box), results into results/
+nightly      bench the nightly tier, asv publish, rebuild the dashboards (locked)
+backfill     bench past commits, each from its own checkout; or fetch and bench vLLM releases
+dashboard    build dashboards/ from results/ (works without a GPU)
+signoff      compare two commits, two subjects (vLLM releases, refs), or two subjects' results
+vllm         fetch vLLM releases into the cache; list what is cached
+gpuinfo      print what the machine has
+
+Exit codes: 0 success (sign-off: pass), 1 a regression, 2 bad input, a missing GPU, a failed or
+crashed point, or nothing measured. Nothing is written to ``results/`` by a run that measured
+nothing.
 """
 
 from __future__ import annotations
@@ -21,7 +26,12 @@ import sys
 import time
 from pathlib import Path
 
-DEFAULT_MACHINE = os.environ.get("SPECSAMPLE_MACHINE", "h200")
+from . import __version__
+from .schema import MODES, OUR_SUBJECTS, PATTERNS, TIERS, parse_subject
+
+
+class UsageError(Exception):
+    """Bad input: printed as one line, exit 2."""
 
 
 def _repo_root() -> Path:
@@ -32,170 +42,381 @@ def _repo_root() -> Path:
     return here
 
 
+def _require_gpu(command: str) -> None:
+    from .machine import cuda_unavailable
+
+    reason = cuda_unavailable()
+    if reason:
+        raise UsageError(f"{command} times kernels on a GPU and this machine has {reason}; nothing was "
+                         f"measured or written (only `specsample bench --tier smoke` runs on a CPU)")  # fmt: skip
+
+
+def _machine(args: argparse.Namespace) -> str:
+    """``--machine``, else the name of the GPU found (never a default that could be wrong)."""
+    if getattr(args, "machine", None):
+        return args.machine
+    from .machine import machine_name
+
+    return machine_name()
+
+
+def _subject_names(names: list[str]) -> list[str]:
+    """Parse every subject name first, so a typo fails before anything runs."""
+    for name in names:
+        try:
+            parse_subject(name)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+    return names
+
+
+def _set_vllm_repo(args: argparse.Namespace) -> None:
+    repo = getattr(args, "vllm_repo", None)
+    if repo:
+        if not Path(repo).is_dir():
+            raise UsageError(f"--vllm-repo: {repo} is not a directory")
+        os.environ["SPECSAMPLE_VLLM_REPO"] = str(Path(repo).resolve())
+
+
+def _resolve_subjects(names: list[str]) -> None:
+    """Load every named subject once here, so an unknown release, a missing ref or a corrupt
+    cache entry is one clear error before any measurement starts."""
+    from . import subjects
+
+    for name in names:
+        try:
+            subjects.get(name)
+        except (subjects.SubjectError, ValueError) as exc:
+            raise UsageError(str(exc)) from None
+
+
 # ---- compare ---------------------------------------------------------------------------------
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    import torch
+    from . import worker
+    from .timing import copy_bandwidth
 
-    from .grid import workload_of
-    from .measure import measure_variants
-    from .timing import Timing, TimingConfig, copy_bandwidth
-
-    if not torch.cuda.is_available():
-        print("specsample compare: needs a CUDA GPU", file=sys.stderr)
-        return 2
-    config = TimingConfig(l2=args.l2, num_samples=args.samples)
+    _set_vllm_repo(args)
+    names = _subject_names(args.subjects)
+    _require_gpu("specsample compare")
+    _resolve_subjects(names)
     bw = copy_bandwidth()
-    rows = []
     grid = itertools.product(args.mode, args.draft, args.num_reqs, args.K, args.vocab_size, args.phi)
-    for mode, draft, r, k, v, phi in grid:
-        point = dict(mode=mode, draft=draft, num_reqs=r, K=k, vocab_size=v, phi=phi, pattern=args.pattern)
-        w = workload_of(dict(point, variant=args.variants[0]))
-        timings = measure_variants(args.variants, w, config)
-        base = timings.get("mrv2")
-        for name, t in timings.items():
-            row = dict(point, variant=name)
-            if isinstance(t, Timing):
-                row.update(median_us=t.median * 1e6, method=t.method, l2=t.l2,
-                           bandwidth_fraction=t.extra["bytes_required"] / t.median / bw,
-                           ratio_to_mrv2=t.median / base.median if isinstance(base, Timing) else None)  # fmt: skip
+    units = []
+    for i, (mode, draft, r, k, v, phi) in enumerate(grid):
+        point = dict(mode=mode, draft=draft, num_reqs=r, num_speculative_steps=k, vocab_size=v,
+                     placeholder_density=phi, placeholder_pattern=args.pattern)  # fmt: skip
+        units.append(worker.Unit(f"compare/{i}", point, tuple(names)))
+    options = worker.JobOptions(l2=args.l2, num_samples=args.samples)
+    outcome = worker.run_units(units, options, log=lambda line: print(line, flush=True))
+    rows = []
+    for unit in units:
+        base = outcome.records[unit.key].get("mrv2", {})
+        for name in names:
+            record = outcome.records[unit.key].get(name, {"status": "failed", "reason": "not measured"})
+            row = dict(unit.point, subject=name, status=record["status"])
+            if record["status"] == "ok":
+                row.update(median_us=record["median"] * 1e6, method=record["method"], l2=record["l2"],
+                           bandwidth_fraction=record["bytes"] / record["median"] / bw,
+                           ratio_to_mrv2=record["median"] / base["median"] if base.get("status") == "ok" else None,
+                           semantics=record.get("semantics"))  # fmt: skip
             else:
-                row["skipped"] = t
+                row["reason"] = record.get("reason")
             rows.append(row)
             print(_format_row(row), flush=True)
     if args.json:
-        Path(args.json).write_text(json.dumps({"copy_bandwidth_gbps": bw / 1e9, "rows": rows}, indent=1))
-    return 0
+        Path(args.json).write_text(json.dumps({"copy_bandwidth_gbps": bw / 1e9, "provenance": outcome.provenance,
+                                               "rows": rows}, indent=1, default=str))  # fmt: skip
+    return 2 if any(r["status"] in ("failed", "crashed") for r in rows) else 0
 
 
 def _format_row(row: dict) -> str:
-    where = f"{row['variant']:>17} {row['mode']:>8} {row['draft']:>7} R={row['num_reqs']:<4} K={row['K']} V={row['vocab_size']:<6} phi={row['phi']:<4}"
-    if "skipped" in row:
-        return f"{where}  skipped: {row['skipped']}"
+    where = (f"{row['subject']:>17} {row['mode']:>8} {row['draft']:>7} R={row['num_reqs']:<4} "
+             f"K={row['num_speculative_steps']} V={row['vocab_size']:<6} phi={row['placeholder_density']:<4}")  # fmt: skip
+    if row["status"] != "ok":
+        return f"{where}  {row['status']}: {row.get('reason')}"
     ratio = f"  x{row['ratio_to_mrv2']:.3f} of mrv2" if row.get("ratio_to_mrv2") is not None else ""
-    return f"{where}  {row['median_us']:9.1f} us  bw {row['bandwidth_fraction']:.2f}{ratio}  [{row['method']}, {row['l2']} L2]"
+    return (f"{where}  {row['median_us']:9.1f} us  bw {row['bandwidth_fraction']:.2f}{ratio}  "
+            f"[{row['semantics']}; {row['method']}, {row['l2']} L2]")  # fmt: skip
 
 
 # ---- asv runs --------------------------------------------------------------------------------
 
 
-def cmd_bench(args: argparse.Namespace) -> int:
-    from .asv_runs import run_lock, run_tier, worktree
+def _tier_needs(tier: str, command: str) -> bool:
+    """True when the tier runs under Triton's interpreter here (smoke without a GPU); refuses
+    every other tier without a GPU."""
+    from .machine import cuda_unavailable
 
+    if tier == "smoke" and cuda_unavailable():
+        return True
+    _require_gpu(command)
+    return False
+
+
+def _fetch_tier_releases(tier: str) -> None:
+    """The vLLM releases a tier measures, fetched into the cache if missing (network needed)."""
+    from .subjects.vllm import store
+    from .tiers import sweeps
+
+    wanted = sorted({parse_subject(s).version for sw in sweeps(tier) for s in sw.subjects
+                     if parse_subject(s).kind == "vllm-release"})  # fmt: skip
+    missing = [v for v in wanted if v not in store.cached_releases()]
+    for version in missing:
+        print(f"specsample: fetching vllm=={version} (the {tier} tier measures it)", flush=True)
+        try:
+            store.fetch_release(version)
+        except Exception as exc:  # noqa: BLE001 - measured as failed points if it cannot be had
+            print(f"specsample: vllm=={version} not fetched ({exc}); its points will fail", file=sys.stderr)
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from .track.asv_runs import RunError, run_lock, run_tier, worktree
+
+    _set_vllm_repo(args)
+    interpret = _tier_needs(args.tier, "specsample bench")
+    machine = args.machine or ("cpu-interpreter" if interpret else _machine(args))
     repo = _repo_root()
     results = repo / "results"
-    with run_lock(results):
-        if args.rev is None:
-            run_tier(args.tier, repo=repo, results_dir=results, machine=args.machine, bench=args.bench)
-        else:
-            sha = _rev(args.rev)
-            with worktree(repo, sha) as wt:
-                run_tier(args.tier, repo=repo, results_dir=results, machine=args.machine, checkout=wt,
-                         commit=sha, bench=args.bench)  # fmt: skip
+    if not args.no_fetch:
+        _fetch_tier_releases(args.tier)
+    try:
+        with run_lock(results):
+            if args.rev is None:
+                run_tier(args.tier, repo=repo, results_dir=results, machine=machine, bench=args.bench,
+                         interpret=interpret)  # fmt: skip
+            else:
+                sha = _rev(args.rev)
+                with worktree(repo, sha) as wt:
+                    run_tier(args.tier, repo=repo, results_dir=results, machine=machine, checkout=wt,
+                             commit=sha, bench=args.bench, interpret=interpret)  # fmt: skip
+    except RunError as exc:
+        raise UsageError(f"specsample bench: {exc}") from None
     return 0
 
 
 def cmd_backfill(args: argparse.Namespace) -> int:
-    from .asv_runs import backfill, run_lock
+    from .track.asv_runs import RunError, backfill, run_lock, run_tier
 
+    _set_vllm_repo(args)
+    releases = [r for r in args.revs if r.startswith("vllm")]
+    commits = [r for r in args.revs if not r.startswith("vllm")]
+    for name in releases:
+        if parse_subject(name).kind != "vllm-release":
+            raise UsageError(f"backfill: {name!r}: give vLLM releases as vllm==X.Y.Z (commits of a vLLM "
+                             f"checkout are measured by `specsample signoff` and `compare`)")  # fmt: skip
+    _tier_needs(args.tier, "specsample backfill")
+    machine = _machine(args)
     repo = _repo_root()
     results = repo / "results"
-    with run_lock(results):
-        done = backfill(args.revs, repo=repo, results_dir=results, machine=args.machine, tier=args.tier)
-    print(f"specsample backfill: measured {len(done)} commit(s): {' '.join(c[:8] for c in done)}")
+    if releases:
+        from .tiers import MRV2_RELEASES
+
+        unknown = [r for r in releases if parse_subject(r).version not in MRV2_RELEASES]
+        if unknown:
+            raise UsageError(f"backfill: {', '.join(unknown)} not in the releases tier "
+                             f"(MRV2 releases: {', '.join(MRV2_RELEASES)})")  # fmt: skip
+        from .subjects.vllm import fetch
+
+        for name in releases:
+            try:
+                fetch([parse_subject(name).version])
+            except Exception as exc:  # noqa: BLE001
+                raise UsageError(f"backfill: {exc}") from None
+    try:
+        with run_lock(results):
+            done = backfill(commits, repo=repo, results_dir=results, machine=machine, tier=args.tier) if commits else []
+            if releases:
+                run_tier("releases", repo=repo, results_dir=results, machine=machine)
+    except (RunError, ValueError) as exc:
+        raise UsageError(f"specsample backfill: {exc}") from None
+    print(f"specsample backfill: measured {len(done)} commit(s): {' '.join(c[:8] for c in done)}"
+          + (f"; the releases tier for {len(releases)} release(s)" if releases else ""))  # fmt: skip
     return 0
 
 
-# The nightly tier runs in two asv invocations: the asv-statistics latency classes first, then
-# the derived and per-kernel classes. Results are promoted after each, so an interrupted second
-# half keeps the first.
 def cmd_nightly(args: argparse.Namespace) -> int:
-    from .asv_runs import publish, run_lock, run_tier
+    from .track.asv_runs import RunError, publish, run_lock, run_tier
 
+    _set_vllm_repo(args)
+    _require_gpu("specsample nightly")
+    machine = _machine(args)
     repo = _repo_root()
     results = repo / "results"
     start = time.monotonic()
-    with run_lock(results):
-        # One asv run: each sweep is measured once and shared by its Latency, Derived and
-        # Stages classes (benchmarks/common.py), so splitting the tier would measure it twice.
-        run_tier("nightly", repo=repo, results_dir=results, machine=args.machine)
-        publish(repo, results, repo / "html")
-        build_site(results, repo / "dashboards", html_dir=repo / "html")
+    if not args.no_fetch:
+        _fetch_tier_releases("nightly")
+    try:
+        with run_lock(results):
+            # One asv run: each sweep is measured once and shared by its Latency, Derived and
+            # Stages classes (benchmarks/common.py), so splitting the tier would measure it twice.
+            run_tier("nightly", repo=repo, results_dir=results, machine=machine)
+            publish(repo, results, repo / "html")
+            build_site(results, repo / "dashboards")
+    except RunError as exc:
+        raise UsageError(f"specsample nightly: {exc}") from None
     print(f"specsample nightly: done in {time.monotonic() - start:.0f} s")
     return 0
 
 
-def build_site(results: Path, out: Path, html_dir: Path | None = None) -> Path:
+def build_site(results: Path, out: Path) -> Path:
     from .dashboard import build_dashboard
-    from .results import load_results
+    from .track.results import load_results
 
+    if not results.is_dir():
+        raise UsageError(f"specsample dashboard: no results directory {results}")
     start = time.monotonic()
     df, problems = load_results(results)
     for problem in problems:
         print(f"specsample: skipped {problem.path}: {problem.reason}", file=sys.stderr)
     if df.empty:
-        raise SystemExit(f"specsample dashboard: no results under {results}")
-    regressions = html_dir if html_dir is not None and (html_dir / "regressions.json").exists() else None
-    index = build_dashboard(df, out, regressions=regressions)
+        raise UsageError(f"specsample dashboard: no results under {results}")
+    index = build_dashboard(df, out, results_dir=results)
     print(f"specsample dashboard: {len(df)} result rows -> {index} in {time.monotonic() - start:.1f} s")
     return index
 
 
 def cmd_dashboard(args: argparse.Namespace) -> int:
-    build_site(Path(args.results), Path(args.out), Path(args.html) if args.html else None)
+    build_site(Path(args.results), Path(args.out))
     return 0
 
 
+# ---- sign-off --------------------------------------------------------------------------------
+
+
 def cmd_signoff(args: argparse.Namespace) -> int:
-    from . import signoff
+    from .track import signoff
 
+    _set_vllm_repo(args)
     if args.variants:
-        from .results import load_results, machine_environment
-
-        df, _ = load_results(Path(args.results))
-        if args.commit:
-            df = df[df["commit"].str.startswith(args.commit)]
-        df = df[df["metric"] == "time_sample"]
-        base, head = args.variants
-        min_effect = signoff.ASV_MIN_EFFECT if args.min_effect is None else args.min_effect
-        min_abs = 0.0 if args.min_abs_us is None else args.min_abs_us * 1e-6
-        verdicts = signoff.compare_variants(df, base, head, alpha=args.alpha, min_effect=min_effect,
-                                            min_abs_seconds=min_abs)  # fmt: skip
-        report = signoff.report_markdown(verdicts, machine_environment(df),
-                                         title=f"specsample sign-off: {head} vs {base}")  # fmt: skip
-        code = signoff.exit_code(verdicts)
+        return _signoff_results(args)
+    if not (args.base and args.head):
+        raise UsageError("specsample signoff: give BASE HEAD (commits, or subjects such as vllm==0.32.0 "
+                         "vllm==0.33.0), or --variants BASE HEAD")  # fmt: skip
+    min_effect = signoff.PAIRED_MIN_EFFECT if args.min_effect is None else args.min_effect
+    min_abs = signoff.PAIRED_MIN_ABS_SECONDS if args.min_abs_us is None else args.min_abs_us * 1e-6
+    common = dict(tier=args.tier, sweeps=args.sweep, samples=args.samples, alpha=args.alpha, min_effect=min_effect,
+                  min_abs_seconds=min_abs, log=lambda line: print(line, flush=True))  # fmt: skip
+    if _is_subject(args.base) or _is_subject(args.head):
+        base, head = (_as_ref_subject(x, args.vllm_repo) for x in (args.base, args.head))
+        _subject_names([base, head])
+        _require_gpu("specsample signoff")
+        _resolve_subjects([base, head])
+        result = signoff.paired.signoff_subjects(base, head, machine=_machine(args), **common)
+    elif args.vllm_repo:
+        base, head = f"vllm@{args.base}", f"vllm@{args.head}"
+        _require_gpu("specsample signoff")
+        _resolve_subjects([base, head])
+        result = signoff.paired.signoff_subjects(base, head, machine=_machine(args), **common)
     else:
-        import torch
-
-        from .paired import DEFAULT_SAMPLES, CheckoutError, signoff_commits
-
-        if not (args.base and args.head):
-            raise SystemExit("specsample signoff: give BASE HEAD commits, or --variants BASE HEAD")
-        if not torch.cuda.is_available():
-            print("specsample signoff: BASE HEAD needs a CUDA GPU", file=sys.stderr)
-            return 2
-        min_effect = signoff.PAIRED_MIN_EFFECT if args.min_effect is None else args.min_effect
-        min_abs = signoff.PAIRED_MIN_ABS_SECONDS if args.min_abs_us is None else args.min_abs_us * 1e-6
+        _require_gpu("specsample signoff")
         try:
-            result = signoff_commits(_repo_root(), args.base, args.head, tier=args.tier, sweeps=args.sweep,
-                                     samples=args.samples or DEFAULT_SAMPLES, machine=args.machine, alpha=args.alpha,
-                                     min_effect=min_effect, min_abs_seconds=min_abs,
-                                     log=lambda line: print(line, flush=True))  # fmt: skip
-        except (CheckoutError, ValueError) as exc:
-            print(f"specsample signoff: {exc}", file=sys.stderr)
-            return 2
-        report, code = result.report, result.exit_code
+            result = signoff.paired.signoff_commits(_repo_root(), args.base, args.head, machine=_machine(args),
+                                                    **common)  # fmt: skip
+        except ValueError as exc:
+            raise UsageError(f"specsample signoff: {exc}") from None
+    print(result.report)
+    if args.report:
+        Path(args.report).write_text(result.report)
+    return result.exit_code
+
+
+def _is_subject(text: str) -> bool:
+    try:
+        return parse_subject(text).kind != "ours@commit"
+    except ValueError:
+        return False
+
+
+def _as_ref_subject(text: str, vllm_repo: str | None) -> str:
+    """With ``--vllm-repo``, a bare ref names a commit of that checkout (``main`` -> ``vllm@main``)."""
+    if vllm_repo and not _is_subject(text):
+        return f"vllm@{text}"
+    return text
+
+
+def _signoff_results(args: argparse.Namespace) -> int:
+    from .track import signoff
+    from .track.results import load_results, machine_environment
+
+    results = Path(args.results)
+    if not results.is_dir():
+        raise UsageError(f"specsample signoff: no results directory {results}")
+    df, _ = load_results(results)
+    base, head = _subject_names(list(args.variants))
+    df = df[df["metric"] == "time_sample"]
+    known = sorted(set(df["subject"].dropna()), key=str)
+    unknown = [s for s in (base, head) if s not in known]
+    if unknown:
+        raise UsageError(f"specsample signoff: no time_sample results for {', '.join(unknown)} in {results}; "
+                         f"known: {', '.join(known)}")  # fmt: skip
+    if args.commit:
+        df = df[df["commit"].str.startswith(args.commit)]
+        if df.empty:
+            raise UsageError(f"specsample signoff: no results at commit {args.commit!r} in {results}")
+    else:
+        both = df.groupby("commit")["subject"].agg(lambda s: {base, head} <= set(s))
+        with_both = set(both[both].index)
+        if not with_both:
+            raise UsageError(f"specsample signoff: no commit has results for both {base} and {head}")
+        newest = df[df["commit"].isin(with_both)].sort_values("date")["commit"].iloc[-1]
+        df = df[df["commit"] == newest]
+    min_effect = signoff.ASV_MIN_EFFECT if args.min_effect is None else args.min_effect
+    min_abs = 0.0 if args.min_abs_us is None else args.min_abs_us * 1e-6
+    verdicts = signoff.compare_variants(df, base, head, alpha=args.alpha, min_effect=min_effect,
+                                        min_abs_seconds=min_abs)  # fmt: skip
+    report = signoff.report_markdown(verdicts, machine_environment(df), title=f"specsample sign-off: {head} vs {base}")
     print(report)
     if args.report:
         Path(args.report).write_text(report)
-    return code
+    return signoff.exit_code(verdicts)
 
 
 def _rev(rev: str) -> str:
-    from .asv_runs import git
+    import subprocess
 
-    return git(_repo_root(), "rev-parse", rev)
+    from .track.asv_runs import git
+
+    try:
+        return git(_repo_root(), "rev-parse", "--verify", f"{rev}^{{commit}}")
+    except subprocess.CalledProcessError:
+        raise UsageError(f"{rev!r} is not a commit of {_repo_root()}") from None
+
+
+# ---- vLLM cache ------------------------------------------------------------------------------
+
+
+def cmd_vllm_fetch(args: argparse.Namespace) -> int:
+    from .subjects import SubjectError
+    from .subjects.vllm import fetch
+
+    if not args.releases and not args.from_wheel:
+        raise UsageError("specsample vllm fetch: give releases (X.Y.Z ...) or --from-wheel PATH")
+    versions = [r.removeprefix("vllm==") for r in args.releases]
+    failed = 0
+    for version in versions or [None]:
+        start = time.monotonic()
+        try:
+            (entry,) = fetch([version] if version else [], from_wheel=args.from_wheel)
+        except SubjectError as exc:
+            print(f"specsample vllm fetch: {exc}", file=sys.stderr)
+            failed += 1
+            continue
+        print(f"{entry.label}: {len(entry.files)} files ({', '.join(entry.files)}) -> {entry.root.parent} "
+              f"in {time.monotonic() - start:.1f} s")  # fmt: skip
+    return 2 if failed else 0
+
+
+def cmd_vllm_list(args: argparse.Namespace) -> int:
+    from .subjects.cache import cache_root
+    from .subjects.vllm import store
+
+    print(f"cache: {cache_root()}")
+    for version in store.cached_releases():
+        entry = store.release(version)
+        print(f"vllm=={version}: {len(entry.files)} files from {entry.manifest.get('wheel')}")
+    return 0
 
 
 def cmd_gpuinfo(args: argparse.Namespace) -> int:
@@ -208,67 +429,105 @@ def cmd_gpuinfo(args: argparse.Namespace) -> int:
 # ---- parser ----------------------------------------------------------------------------------
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="specsample", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = p.add_subparsers(dest="command", required=True)
+class _Formatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    pass
 
-    c = sub.add_parser("compare", help="time variants side by side (interleaved, one process)")
-    c.add_argument("--variants", nargs="+", default=["mrv2", "mrv2-pre50939"])
-    c.add_argument("--mode", nargs="+", default=["standard", "block"])
-    c.add_argument("--draft", nargs="+", default=["logits"])
-    c.add_argument("--num-reqs", nargs="+", type=int, default=[128])
-    c.add_argument("-K", nargs="+", type=int, default=[4])
-    c.add_argument("--vocab-size", nargs="+", type=int, default=[151936])
-    c.add_argument("--phi", nargs="+", type=float, default=[0.0, 0.5, 1.0])
-    c.add_argument("--pattern", default="trailing", choices=["trailing", "random"])
-    c.add_argument("--l2", default="cold", choices=["cold", "warm"])
-    c.add_argument("--samples", type=int, default=20)
+
+def _add_vllm_repo(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--vllm-repo", metavar="PATH", default=os.environ.get("SPECSAMPLE_VLLM_REPO"),
+                   help="vLLM git checkout whose refs vllm@REF names (default: $SPECSAMPLE_VLLM_REPO)")  # fmt: skip
+
+
+def _add_machine(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--machine", default=os.environ.get("SPECSAMPLE_MACHINE"),
+                   help="asv machine name (default: $SPECSAMPLE_MACHINE, else named after the GPU found, e.g. h200)")  # fmt: skip
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="specsample", description=__doc__, formatter_class=_Formatter)
+    p.add_argument("--version", action="version", version=f"specsample {__version__}")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    subjects_help = (f"subjects: {', '.join(OUR_SUBJECTS)}, NAME@COMMIT, vllm==X.Y.Z, vllm@REF, vllm")
+
+    c = sub.add_parser("compare", help="time subjects side by side (interleaved, one process)",
+                       formatter_class=_Formatter, description=subjects_help)  # fmt: skip
+    c.add_argument("--subjects", "--variants", dest="subjects", nargs="+", default=["mrv2", "mrv2-pre50939"],
+                   help="what to time")  # fmt: skip
+    c.add_argument("--mode", nargs="+", default=["standard", "block"], choices=MODES, help="verification modes")
+    c.add_argument("--draft", nargs="+", default=["logits"], choices=["logits", "one-hot"], help="draft kinds")
+    c.add_argument("--num-reqs", nargs="+", type=int, default=[128], help="batch sizes R")
+    c.add_argument("-K", nargs="+", type=int, default=[4], help="speculative steps K")
+    c.add_argument("--vocab-size", nargs="+", type=int, default=[151936], help="vocab sizes V")
+    c.add_argument("--phi", nargs="+", type=float, default=[0.0, 0.5, 1.0], help="placeholder densities")
+    c.add_argument("--pattern", default="trailing", choices=[p for p in PATTERNS if p != "all"],
+                   help="where placeholders sit")  # fmt: skip
+    c.add_argument("--l2", default="cold", choices=["cold", "warm"], help="L2 state of every call")
+    c.add_argument("--samples", type=int, default=20, help="samples per subject and point")
     c.add_argument("--json", help="also write the rows to this JSON file")
+    _add_vllm_repo(c)
     c.set_defaults(func=cmd_compare)
 
-    b = sub.add_parser("bench", help="run one asv tier at HEAD into results/")
-    b.add_argument("--tier", default="nightly", choices=["smoke", "quick", "nightly", "full"])
-    b.add_argument("--machine", default=DEFAULT_MACHINE)
+    b = sub.add_parser("bench", help="run one asv tier at HEAD into results/", formatter_class=_Formatter)
+    b.add_argument("--tier", default="nightly", choices=TIERS, help="which tier (smoke runs on a CPU)")
+    _add_machine(b)
     b.add_argument("--bench", help="asv --bench regex (default: the whole tier)")
     b.add_argument("--rev", help="measure this commit from a worktree instead of the checkout")
+    b.add_argument("--no-fetch", action="store_true", help="do not fetch missing vLLM releases first")
+    _add_vllm_repo(b)
     b.set_defaults(func=cmd_bench)
 
-    f = sub.add_parser("backfill", help="benchmark past commits, each in its own worktree")
-    f.add_argument("revs", nargs="+")
-    f.add_argument("--tier", default="quick", choices=["smoke", "quick", "nightly", "full"])
-    f.add_argument("--machine", default=DEFAULT_MACHINE)
+    f = sub.add_parser("backfill", help="benchmark past commits (each from its own worktree) or vLLM releases",
+                       formatter_class=_Formatter)  # fmt: skip
+    f.add_argument("revs", nargs="+", help="commits or ranges of this repository, or vllm==X.Y.Z releases")
+    f.add_argument("--tier", default="quick", choices=TIERS, help="tier measured at each commit")
+    _add_machine(f)
+    _add_vllm_repo(f)
     f.set_defaults(func=cmd_backfill)
 
-    n = sub.add_parser("nightly", help="bench the nightly tier, asv publish, rebuild dashboards/")
-    n.add_argument("--machine", default=DEFAULT_MACHINE)
+    n = sub.add_parser("nightly", help="bench the nightly tier, asv publish, rebuild dashboards/",
+                       formatter_class=_Formatter)  # fmt: skip
+    _add_machine(n)
+    n.add_argument("--no-fetch", action="store_true", help="do not fetch missing vLLM releases first")
+    _add_vllm_repo(n)
     n.set_defaults(func=cmd_nightly)
 
-    d = sub.add_parser("dashboard", help="build dashboards/ from results/ (no GPU needed)")
-    d.add_argument("--results", default="results")
-    d.add_argument("--out", default="dashboards")
-    d.add_argument("--html", help="asv publish output, for its detected regressions (default: none)")
+    d = sub.add_parser("dashboard", help="build dashboards/ from results/ (no GPU needed)", formatter_class=_Formatter)
+    d.add_argument("--results", default="results", help="asv results directory")
+    d.add_argument("--out", default="dashboards", help="where the site is written")
     d.set_defaults(func=cmd_dashboard)
 
-    s = sub.add_parser("signoff", help="did anything get slower? exit 0 pass, 1 regression, 2 failure")
-    s.add_argument("base", nargs="?", help="base commit (both are checked out in worktrees and timed paired, in one process)")
-    s.add_argument("head", nargs="?", help="head commit (may equal base: an A/A run)")
-    s.add_argument("--variants", nargs=2, metavar=("BASE", "HEAD"), help="compare two variants in results/ instead")
-    s.add_argument("--commit", help="with --variants: only this commit's results")
-    s.add_argument("--results", default="results")
-    s.add_argument("--tier", default="quick", choices=["smoke", "quick", "nightly", "full"])
+    s = sub.add_parser("signoff", help="did anything get slower? exit 0 pass, 1 regression, 2 failure",
+                       formatter_class=_Formatter, description=subjects_help)  # fmt: skip
+    s.add_argument("base", nargs="?", help="base: a commit, a subject (vllm==0.32.0), or with --vllm-repo a ref")
+    s.add_argument("head", nargs="?", help="head: the same kind as base (head == base: an A/A run)")
+    s.add_argument("--variants", nargs=2, metavar=("BASE", "HEAD"),
+                   help="compare two subjects' committed results instead (newest commit with both)")  # fmt: skip
+    s.add_argument("--commit", help="with --variants: this commit's results instead of the newest with both")
+    s.add_argument("--results", default="results", help="asv results directory (--variants)")
+    s.add_argument("--tier", default="quick", choices=TIERS, help="the points measured")
     s.add_argument("--sweep", action="append", metavar="NAME", help="only this sweep of the tier, e.g. Density (repeatable)")
-    s.add_argument("--samples", type=int, help="samples per side and point (default 30)")
-    s.add_argument("--alpha", type=float, default=0.002)
+    s.add_argument("--samples", type=int, default=30, help="samples per side and point")
+    s.add_argument("--alpha", type=float, default=0.002, help="significance level of the Mann-Whitney U test")
     s.add_argument("--min-effect", type=float, default=None,
-                   help="smallest relative change that counts (default 0.02 for BASE HEAD, 0.05 for --variants)")
+                   help="smallest relative change that counts (default 0.02 paired, 0.05 for --variants)")  # fmt: skip
     s.add_argument("--min-abs-us", type=float, default=None,
-                   help="time points must also change by more than this many us (default 0.5 for BASE HEAD, "
-                        "0 for --variants)")  # fmt: skip
-    s.add_argument("--machine", default=DEFAULT_MACHINE)
+                   help="time points must also change by more than this many us (default 0.5 paired, 0 for --variants)")  # fmt: skip
+    _add_machine(s)
     s.add_argument("--report", help="also write the markdown report here")
+    _add_vllm_repo(s)
     s.set_defaults(func=cmd_signoff)
 
-    g = sub.add_parser("gpuinfo", help="print GPU, driver, CUDA, torch, Triton, clocks, copy bandwidth")
+    v = sub.add_parser("vllm", help="vLLM releases in the cache ($SPECSAMPLE_CACHE)", formatter_class=_Formatter)
+    vsub = v.add_subparsers(dest="vllm_command", required=True, metavar="ACTION")
+    vf = vsub.add_parser("fetch", help="pip download releases and extract the sampler's closure", formatter_class=_Formatter)
+    vf.add_argument("releases", nargs="*", metavar="X.Y.Z", help="releases to fetch")
+    vf.add_argument("--from-wheel", metavar="PATH", help="extract from this wheel instead of downloading")
+    vf.set_defaults(func=cmd_vllm_fetch)
+    vl = vsub.add_parser("list", help="what the cache holds", formatter_class=_Formatter)
+    vl.set_defaults(func=cmd_vllm_list)
+
+    g = sub.add_parser("gpuinfo", help="print GPU, driver, CUDA, torch, Triton, clocks, copy bandwidth",
+                       formatter_class=_Formatter)  # fmt: skip
     g.set_defaults(func=cmd_gpuinfo)
     return p
 
@@ -277,6 +536,9 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
+    except UsageError as exc:
+        print(exc, file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         return 130
 

@@ -5,7 +5,9 @@ named ``*.json`` because asv reads every such file there as a result file)."""
 from __future__ import annotations
 
 import json
+import os
 import platform
+import re
 import subprocess
 from pathlib import Path
 
@@ -45,6 +47,8 @@ def gpu_info(measure_bandwidth: bool = True) -> dict:
     info["l2_bytes"] = props.L2_cache_size
     info["memory_bytes"] = props.total_memory
     info["driver"] = _nvidia_smi("driver_version")
+    info["uuid"] = str(getattr(props, "uuid", "")) or None
+    info["cuda_visible_devices"] = os.environ.get("CUDA_VISIBLE_DEVICES")
     info["clocks"] = _nvidia_smi("clocks.sm,clocks.mem,clocks.max.sm,clocks.max.mem")
     if measure_bandwidth:
         from .timing import copy_bandwidth
@@ -53,8 +57,30 @@ def gpu_info(measure_bandwidth: bool = True) -> dict:
     return info
 
 
-def write_gpu_info(results_dir: Path, machine: str, commit: str, info: dict | None = None) -> Path:
+def cuda_unavailable() -> str | None:
+    """Why this machine cannot time kernels on a GPU, or ``None`` when it can."""
+    if not torch.cuda.is_available():
+        return "no usable CUDA GPU (torch.cuda.is_available() is False)"
+    return None
+
+
+def machine_name() -> str:
+    """The asv machine name for the GPU found here, e.g. ``"h200"`` for an ``NVIDIA H200``:
+    results of different GPUs never share a machine directory by accident."""
+    reason = cuda_unavailable()
+    if reason:
+        raise RuntimeError(reason)
+    name = torch.cuda.get_device_name(torch.cuda.current_device()).lower()
+    for prefix in ("nvidia ", "amd "):
+        name = name.removeprefix(prefix)
+    slug = re.sub(r"[^a-z0-9]+", "-", name).strip("-")
+    return slug or "gpu"
+
+
+def write_gpu_info(results_dir: Path, machine: str, commit: str, info: dict | None = None, *,
+                   measure_bandwidth: bool = True) -> Path:  # fmt: skip
     path = Path(results_dir) / machine / f"{commit[:8]}.gpuinfo"
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(info if info is not None else gpu_info(), indent=2, sort_keys=True) + "\n")
+    info = info if info is not None else gpu_info(measure_bandwidth=measure_bandwidth)
+    path.write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")
     return path

@@ -1,13 +1,16 @@
-"""The public sampler: ``specsample.rejection_sample``."""
+"""The public samplers: ``specsample.rejection_sample`` (mrv2), ``rejection_sample_fast``,
+and the benchmark-only pre-#50939 replica. Each validates its arguments in one place
+(:mod:`specsample.validation`) before any kernel launches."""
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Callable
 
 import torch
 
-from .kernels import mrv2
+from .kernels import fast, mrv2, pre50939
 from .validation import check_inputs
 
 
@@ -96,19 +99,29 @@ def rejection_sample(
     >>> inputs = make_inputs(Workload(num_reqs=4, vocab_size=1000), device="cuda")
     >>> sampled, num_sampled = rejection_sample(**inputs)
     """
-    return checked_launch(dict(locals()), placeholder_fix=True)
+    return checked_launch(dict(locals()))
 
 
-def checked_launch(
-    arguments: dict, *, placeholder_fix: bool = True, launch: Callable[..., tuple] | None = None
-) -> tuple[torch.Tensor, torch.Tensor]:
+def rejection_sample_fast(*args, config: fast.Config | None = None, **kwargs) -> tuple[torch.Tensor, torch.Tensor]:
+    """The ``fast`` sampler (:mod:`specsample.kernels.fast`): the arguments, validation, outputs
+    and random draws of :func:`rejection_sample` (see there), plus ``config`` (default: by R)."""
+    return checked_launch(bind_arguments(args, kwargs), launch=functools.partial(fast.launch, config=config))
+
+
+def rejection_sample_pre50939(*args, **kwargs) -> tuple[torch.Tensor, torch.Tensor]:
+    """BENCHMARKING ONLY: the pre-#50939 replica (:mod:`specsample.kernels.pre50939`), with the
+    arguments, validation and outputs of :func:`rejection_sample` (see there)."""
+    return checked_launch(bind_arguments(args, kwargs), launch=pre50939.launch)
+
+
+def checked_launch(arguments: dict, *, launch: Callable[..., tuple] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Validate ``arguments`` (those of :func:`rejection_sample`; skipped when ``validate`` is
-    False) and run ``launch`` (a pipeline's ``launch``; default ``mrv2.launch``, looked up at
-    call time); ``placeholder_fix=False`` is the pre-#50939 replica."""
+    False) and run ``launch`` (a kernel module's ``launch``; default ``mrv2.launch``, looked up at
+    call time)."""
     args = dict(arguments)
     if args.pop("validate", True):
         check_inputs(**args)
-    return (launch or mrv2.launch)(**args, placeholder_fix=placeholder_fix)
+    return (launch or mrv2.launch)(**args)
 
 
 def bind_arguments(args: tuple, kwargs: dict) -> dict:

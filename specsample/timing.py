@@ -1,6 +1,6 @@
 """Kernel latency on the GPU timeline.
 
-Method (``../shared/docs/gpu-benchmarking.md``), chosen on purpose and recorded with every result:
+Method (``docs/measurement.md``), chosen on purpose and recorded with every result:
 
 * **Warm-up past JIT**: every call is run eagerly twice before capture, so Triton compiles (or
   loads from its cache) outside the measurement.
@@ -14,13 +14,14 @@ Method (``../shared/docs/gpu-benchmarking.md``), chosen on purpose and recorded 
   where the LM head has just written other data. **Warm L2** repeats one input set.
 * **Median of samples**, with the raw per-call samples kept for quantiles and significance
   tests. Clocks are not locked on the GPU box: compare ratios measured in one process, with
-  the calls being compared interleaved (:func:`measure_interleaved`).
+  the calls being compared interleaved, the order reversed every round (:func:`interleave`).
 """
 
 from __future__ import annotations
 
 import statistics
-from collections.abc import Callable, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -49,7 +50,7 @@ class Timing:
     """Per-call GPU seconds of one measured call, and how they were taken."""
 
     samples: list[float]
-    method: str  # "cuda-graph" or "events"
+    method: str  # "cuda-graph", "events" or "host"
     l2: str
     calls_per_sample: int
     input_copies: int
@@ -130,6 +131,32 @@ class Sampler:
         return Timing(samples, self.method, self.config.l2, self.config.calls_per_sample, len(self.calls), extra)
 
 
+class HostSampler:
+    """Host wall-clock seconds per eager call: a CPU stand-in for :class:`Sampler`.
+
+    For smoke runs under the Triton interpreter, where there is no GPU timeline. The numbers say
+    nothing about GPU latency; the result says ``"host"``.
+    """
+
+    method = "host"
+
+    def __init__(self, calls: Sequence[Callable[[], object]], config: TimingConfig, warmup: int = 1) -> None:
+        self.calls = list(calls)
+        self.config = config
+        for _ in range(warmup):
+            for call in self.calls:
+                call()
+
+    def sample(self) -> float:
+        start = time.perf_counter()
+        for i in range(self.config.calls_per_sample):
+            self.calls[i % len(self.calls)]()
+        return (time.perf_counter() - start) / self.config.calls_per_sample
+
+    def timing(self, samples: list[float]) -> Timing:
+        return Timing(samples, self.method, self.config.l2, self.config.calls_per_sample, len(self.calls))
+
+
 def measure(calls: Sequence[Callable[[], object]], config: TimingConfig = TimingConfig()) -> Timing:
     """Time one operation whose ``calls`` each run it on their own input copy."""
     sampler = Sampler(calls, config)
@@ -143,14 +170,42 @@ def measure_interleaved(
     return sample_interleaved({name: Sampler(calls, config) for name, calls in operations.items()})
 
 
+def interleave(samplers: Mapping[object, object], counts: Mapping[object, int]) -> tuple[dict, dict]:
+    """Take ``counts[k]`` samples of each sampler, alternating, the order reversed each round.
+
+    Two samplers give A B B A A B ...: a drift linear over two rounds adds the same to both.
+    A sampler whose ``sample()`` raises stops (its error is returned) and the others go on.
+    Every comparison specsample makes (asv sweeps, ``compare``, sign-off) samples this way.
+
+    Returns ``(samples, errors)``: lists of seconds, and ``"Type: message"`` per failed sampler.
+    """
+    order = list(samplers)
+    samples: dict = {k: [] for k in order}
+    errors: dict = {}
+    for i in range(max(counts.values(), default=0)):
+        for k in order if i % 2 == 0 else order[::-1]:
+            if k in errors or len(samples[k]) >= counts[k]:
+                continue
+            try:
+                samples[k].append(float(samplers[k].sample()))
+            except Exception as exc:  # noqa: BLE001 - one sampler failing is a result, not a crash
+                errors[k] = describe(exc)
+    return samples, errors
+
+
 def sample_interleaved(samplers: dict[str, Sampler]) -> dict[str, Timing]:
-    """Take each sampler's ``config.num_samples`` samples, alternating between samplers."""
-    samples: dict[str, list[float]] = {name: [] for name in samplers}
-    for i in range(max(s.config.num_samples for s in samplers.values())):
-        for name, sampler in samplers.items():
-            if i < sampler.config.num_samples:
-                samples[name].append(sampler.sample())
+    """Each sampler's ``config.num_samples`` samples, interleaved (:func:`interleave`); an error
+    in any sampler propagates."""
+    samples, errors = interleave(samplers, {name: s.config.num_samples for name, s in samplers.items()})
+    if errors:
+        name, error = next(iter(errors.items()))
+        raise RuntimeError(f"{name}: {error}")
     return {name: s.timing(samples[name]) for name, s in samplers.items()}
+
+
+def describe(exc: BaseException) -> str:
+    """One line for an exception: ``"Type: first line of the message"``."""
+    return f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
 
 
 class GpuClock:

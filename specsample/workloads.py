@@ -34,6 +34,8 @@ from fractions import Fraction
 
 import torch
 
+from .schema import DRAFTS, MODES, PATTERNS, PLACEHOLDER_TOKEN_ID
+
 __all__ = [
     "MODES",
     "DRAFTS",
@@ -42,14 +44,11 @@ __all__ = [
     "Workload",
     "make_inputs",
     "bytes_required",
+    "workload_of",
 ]
 
-# Append-only: benchmark results key on these names.
-MODES = ("greedy", "standard", "block", "synthetic")
-DRAFTS = ("logits", "one-hot")
-PATTERNS = ("trailing", "random", "all")
-
-PLACEHOLDER_TOKEN_ID = -1
+# MODES, DRAFTS, PATTERNS and PLACEHOLDER_TOKEN_ID are append-only names declared in
+# specsample.schema (benchmark results key on them) and re-exported here.
 
 _FLOAT_DTYPES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
 
@@ -602,3 +601,18 @@ def bytes_required(w: Workload) -> int:
     if w.mode == "synthetic":
         total += K * s_f32  # synthetic_conditional_rates
     return total
+
+
+def workload_of(point: dict) -> Workload:
+    """The workload of a canonical point (:data:`specsample.schema.POINT_AXES`; seed 0 and the
+    builder's defaults for everything a point does not name). Axes other than the workload's
+    own (``subject``, ``stage``) are ignored."""
+    return Workload(
+        num_reqs=int(point["num_reqs"]),
+        num_speculative_steps=int(point["num_speculative_steps"]),
+        vocab_size=int(point["vocab_size"]),
+        placeholder_density=float(point["placeholder_density"]),
+        placeholder_pattern=point["placeholder_pattern"],
+        mode=point["mode"],
+        draft=point["draft"],
+    )

@@ -29,8 +29,8 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from benchmarks import common  # noqa: E402
-from specsample.grid import sweeps, workload_of  # noqa: E402
-from specsample.timing import Timing  # noqa: E402
+from specsample import worker  # noqa: E402
+from specsample.tiers import sweeps  # noqa: E402
 
 SWEEP = next(s for s in sweeps("nightly") if s.name == "Placeholders")  # a small sweep with Latency
 LATENCY = f"bench_sampler.{SWEEP.class_name}Latency.time_sample"
@@ -45,13 +45,15 @@ def fake_measurement(sweep, seed: int = 0) -> dict:
     rng = random.Random(seed)
     points = {}
     for p in sweep.points():
-        if p["mode"] == "greedy" and p["variant"] == "mrv2-pre50939":
+        if p["mode"] == "greedy" and p["subject"] == "mrv2-pre50939":
             continue
         n = 5 if p["mode"] == "greedy" else 20
         samples = [1e-5 * (1 + rng.random()) for _ in range(n)]
-        t = Timing(samples, "events" if n == 5 else "cuda-graph", "cold", 1 if n == 5 else 10, 1 if n == 5 else 4,
-                   {"bytes_required": 1_000_000})  # fmt: skip
-        points[tuple(p[k] for k in sweep.param_names)] = common.point_record(t)
+        points[tuple(p[k] for k in sweep.axis_names)] = {
+            "status": "ok", "samples": samples, "median": statistics.median(samples), "bytes": 1_000_000,
+            "method": "events" if n == 5 else "cuda-graph", "l2": "cold", "calls_per_sample": 1 if n == 5 else 10,
+            "input_copies": 1 if n == 5 else 4, "capture_error": None, "semantics": "same draws",
+        }  # fmt: skip
     return {"copy_bandwidth": 4e12, "points": points}
 
 
@@ -87,7 +89,7 @@ def asv_process(tmp_path: Path, name: str, idx: int, extra: dict | None = None):
 def test_asv_records_exactly_the_stored_samples(tmp_path, fake_sweeps):
     stored, calls = fake_sweeps
     for idx, p in enumerate(SWEEP.points()):
-        key = tuple(p[k] for k in SWEEP.param_names)
+        key = tuple(p[k] for k in SWEEP.axis_names)
         result = asv_process(tmp_path, LATENCY, idx)
         if key not in stored["points"]:
             assert isinstance(result, float) and math.isnan(result)  # asv's skip
@@ -103,7 +105,7 @@ def test_asv_records_exactly_the_stored_samples(tmp_path, fake_sweeps):
 def test_latency_and_derived_of_a_sweep_share_one_measurement(tmp_path, fake_sweeps):
     stored, calls = fake_sweeps
     for idx, p in enumerate(SWEEP.points()):
-        key = tuple(p[k] for k in SWEEP.param_names)
+        key = tuple(p[k] for k in SWEEP.axis_names)
         derived = asv_process(tmp_path, DERIVED, idx)
         latency = asv_process(tmp_path, LATENCY, idx)
         if key in stored["points"]:
@@ -121,7 +123,7 @@ def test_asv_overrides_that_take_no_more_samples_replay_a_prefix(tmp_path, fake_
     it to 1 when the benchmark has a setup hook (``if isolate and number == 0: number = 1``)."""
     stored, _ = fake_sweeps
     idx = next(i for i, p in enumerate(SWEEP.points()) if p["mode"] == "block")
-    key = tuple(SWEEP.points()[idx][k] for k in SWEEP.param_names)
+    key = tuple(SWEEP.points()[idx][k] for k in SWEEP.axis_names)
     assert asv_process(tmp_path, LATENCY, idx, override)["samples"] == stored["points"][key]["samples"][:taken]
 
 
@@ -150,39 +152,64 @@ def test_without_a_gpu_or_a_stored_measurement_every_point_skips(tmp_path, run_s
     assert not (run_scratch / f"{SWEEP.class_name}.pkl").exists()
 
 
-def test_measure_sweep_keeps_samples_and_method_per_point(monkeypatch):
-    """measure_sweep groups a sweep's points by workload, measures each group's variants
-    together (one measure_variants call), and keeps samples, median, bytes and method."""
-    groups = []
+def test_measure_sweep_keeps_samples_and_method_per_point(monkeypatch, run_scratch):
+    """measure_sweep hands the worker one unit per workload (the point less its subject, every
+    subject of the point in it), keeps each ok record under its asv parameter tuple, leaves
+    skipped points out (asv skips them), keeps failed and crashed ones (asv fails them), and
+    writes the sweep's outcomes for ``specsample bench``."""
+    seen = []
 
-    def fake_measure_variants(names, w, config):
-        groups.append((tuple(names), w))
-        out = {}
-        for i, name in enumerate(names):
-            if w.mode == "greedy" and name == "mrv2-pre50939":
-                out[name] = "not supported"
-            else:
-                out[name] = Timing([3e-6 * (i + 1), 1e-6 * (i + 1), 2e-6 * (i + 1)], "cuda-graph", config.l2,
-                                   config.calls_per_sample, 4, {"bytes_required": 123})  # fmt: skip
-        return out
+    def fake_run_units(units, options, log=None):
+        seen.extend(units)
+        outcome = worker.Outcome(records={u.key: {} for u in units}, provenance={"mrv2": {"kind": "ours"}})
+        for u in units:
+            for i, name in enumerate(u.subjects):
+                if u.point["mode"] == "greedy" and name == "mrv2-pre50939":
+                    record = {"status": "skipped", "reason": "not supported"}
+                elif u.point["mode"] == "standard" and name == "fast":
+                    record = {"status": "crashed", "reason": "CUDA error: an illegal memory access"}
+                else:
+                    record = {"status": "ok", "samples": [3e-6 * (i + 1), 1e-6 * (i + 1), 2e-6 * (i + 1)],
+                              "median": 2e-6 * (i + 1), "bytes": 123, "method": "cuda-graph", "l2": options.l2,
+                              "calls_per_sample": options.calls_per_sample, "input_copies": 4,
+                              "capture_error": None, "semantics": "same draws"}  # fmt: skip
+                outcome.records[u.key][name] = record
+        return outcome
 
     monkeypatch.setattr(common, "_needs_cuda", lambda: None)
-    monkeypatch.setattr(common, "measure_variants", fake_measure_variants)
+    monkeypatch.setattr(common.worker, "run_units", fake_run_units)
     monkeypatch.setattr(common.timing, "copy_bandwidth", lambda: 4e12)
+    run_scratch.mkdir(parents=True, exist_ok=True)
     out = common.measure_sweep(SWEEP)
     assert out["copy_bandwidth"] == 4e12
-    sweep_variants = dict(SWEEP.axes)["variant"]
-    workloads = {workload_of(p) for p in SWEEP.points()}
-    assert len(groups) == len(workloads) == len(SWEEP.points()) // len(sweep_variants)  # one call per workload
-    assert {w for _, w in groups} == workloads and all(names == sweep_variants for names, _ in groups)
-    unsupported = [p for p in SWEEP.points() if p["mode"] == "greedy" and p["variant"] == "mrv2-pre50939"]
-    assert unsupported and len(out["points"]) == len(SWEEP.points()) - len(unsupported)
+    subjects = dict(SWEEP.axes)["subject"]
+    points = {tuple((k, v) for k, v in p.items() if k != "subject") for p in SWEEP.points()}
+    assert len(seen) == len(points) and all(u.subjects == subjects for u in seen)  # one unit per workload
+    assert {tuple(u.point.items()) for u in seen} == points
+    skipped = [p for p in SWEEP.points() if p["mode"] == "greedy" and p["subject"] == "mrv2-pre50939"]
+    assert skipped and len(out["points"]) == len(SWEEP.points()) - len(skipped)
     key = ("mrv2-pre50939", "block", "logits", 128, 4, 151936, 1.0, "trailing")
-    assert out["points"][key] == {
-        "samples": [6e-6, 2e-6, 4e-6], "median": 4e-6, "bytes": 123, "method": "cuda-graph",
-        "l2": common.NIGHTLY_TIMING.l2, "calls_per_sample": common.NIGHTLY_TIMING.calls_per_sample,
-        "input_copies": 4, "capture_error": None,
-    }  # fmt: skip
+    assert out["points"][key]["samples"] == [6e-6, 2e-6, 4e-6] and out["points"][key]["median"] == 4e-6
+    crashed = ("fast", "standard", "logits", 128, 4, 151936, 1.0, "trailing")
+    assert out["points"][crashed]["status"] == "crashed"
+    outcomes = json.loads((run_scratch / f"{SWEEP.class_name}.outcomes.json").read_text())
+    assert outcomes["subjects"] == {"mrv2": {"kind": "ours"}}
+    assert len(outcomes["points"]) == len(SWEEP.points())
+    assert {r["status"] for r in outcomes["points"]} == {"ok", "skipped", "crashed"}
+
+
+def test_a_crashed_point_fails_in_asv(tmp_path, monkeypatch, run_scratch):
+    """A crashed subject's point raises in its benchmark process, which asv records as failed
+    (null): the time_ class names the crash; the track_ class finds no median."""
+    stored = fake_measurement(SWEEP)
+    crashed = next(i for i, p in enumerate(SWEEP.points()) if p["mode"] == "block")
+    key = tuple(SWEEP.points()[crashed][k] for k in SWEEP.axis_names)
+    stored["points"][key] = {"status": "crashed", "reason": "CUDA error: an illegal memory access"}
+    monkeypatch.setattr(common, "measure_sweep", lambda sweep: stored)
+    with pytest.raises(RuntimeError, match="crashed: CUDA error: an illegal memory access"):
+        asv_process(tmp_path, LATENCY, crashed)
+    with pytest.raises(KeyError, match="median"):
+        asv_process(tmp_path, DERIVED, crashed)
 
 
 def test_real_asv_run_records_the_stored_samples(tmp_path):
@@ -190,7 +217,7 @@ def test_real_asv_run_records_the_stored_samples(tmp_path):
     sweep's measurement written into the run's scratch directory beforehand."""
     from asv.results import Results
 
-    from specsample.asv_runs import ensure_machine, write_config
+    from specsample.track.asv_runs import ensure_machine, write_config
 
     run_id = f"test-replay-{os.getpid()}"
     scratch = tmp_path / f"specsample-run-{run_id}"
@@ -219,7 +246,7 @@ def test_real_asv_run_records_the_stored_samples(tmp_path):
     samples = results.get_result_samples(LATENCY, params)
     stats = results.get_result_stats(LATENCY, params)
     for i, p in enumerate(SWEEP.points()):
-        key = tuple(p[k] for k in SWEEP.param_names)
+        key = tuple(p[k] for k in SWEEP.axis_names)
         if key not in stored["points"]:
             assert values[i] is None or math.isnan(values[i])  # skipped
             continue

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from specsample.asv_runs import run_tier
-from specsample.grid import sweeps
-from specsample.results import load_results
+from specsample.track.asv_runs import run_tier
+from specsample.tiers import sweeps
+from specsample.track.results import load_results
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -11,7 +11,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 
 from specsample import dashboard
 from specsample.dashboard import FIGURES, FigureSpec, MissingData, build_dashboard, render_figure
-from specsample.results import load_asv_regressions, load_results
+from specsample.track.results import load_asv_regressions, load_results
 
 FIXTURES = Path(__file__).parent / "fixtures"
 RESULTS = Path(__file__).resolve().parents[1] / "results"  # the committed H200 results

@@ -65,7 +65,7 @@ from conftest import gpu
 from stats import FALSE_FAILURE, _chi2_sf, assert_follows, chi2_threshold
 
 from specsample import reference, rejection_sample
-from specsample.kernels.fast import rejection_sample_fast
+from specsample import rejection_sample_fast
 
 # "kernel" is mrv2 (specsample.rejection_sample); "fast" the fast variant, same laws.
 SAMPLERS = {"kernel": rejection_sample, "fast": rejection_sample_fast, "reference": reference.rejection_sample}

@@ -23,10 +23,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from specsample import asv_runs
-from specsample.asv_runs import LOCK_NAME, RunError, promote, run_lock, run_tier
+from specsample.track import asv_runs
+from specsample.track.asv_runs import LOCK_NAME, RunError, promote, run_lock, run_tier
 from specsample.cli import build_site
-from specsample.results import load_results
+from specsample.track.results import load_results
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURE = REPO / "tests" / "fixtures" / "asv_results"
@@ -113,7 +113,7 @@ def test_second_run_is_refused_at_once_while_the_lock_is_held_and_runs_after_rel
 KILLED_RUN = """
 import sys
 from pathlib import Path
-from specsample.asv_runs import run_lock, run_tier
+from specsample.track.asv_runs import run_lock, run_tier
 repo, results, machine, commit = sys.argv[1:5]
 with run_lock(Path(results)):
     run_tier("smoke", repo=Path(repo), results_dir=Path(results), machine=machine, commit=commit)

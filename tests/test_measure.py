@@ -7,7 +7,7 @@ import functools
 import pytest
 import torch
 
-from specsample.grid import STAGES
+from specsample.schema import STAGES
 from specsample.kernels import fast, mrv2
 from specsample.measure import stage_calls
 from specsample.workloads import Workload, make_inputs

@@ -16,9 +16,9 @@ from gitrepo import GIT, make_repo
 
 import specsample
 from specsample import grid, paired, signoff
-from specsample.asv_runs import git, worktree
+from specsample.track.asv_runs import git, worktree
 from specsample.kernels import planted
-from specsample.results import COLUMNS
+from specsample.track.results import COLUMNS
 
 pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
 
@@ -140,8 +140,8 @@ def test_each_checkout_runs_its_own_code(two_commits):
         assert Path(head.variants.__file__).is_relative_to(head_tree)
         assert Path(base.variants.__file__).is_relative_to(base_tree)
         with pytest.raises(ValueError):
-            head.variants.get("mrv2-pre50939")
-        base.variants.get("mrv2-pre50939")
+            head.subjects.get("mrv2-pre50939")
+        base.subjects.get("mrv2-pre50939")
         # an import at call time resolves to the checkout while it is active
         with head.active():
             import specsample.sampler as during

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from specsample import variants
+from specsample import subjects
 from specsample.kernels import fast, mrv2, planted
 from specsample.workloads import Workload, make_inputs
 
@@ -36,7 +36,7 @@ def test_knob_leaves_outputs_bit_identical(device, monkeypatch):
     outputs = {}
     for iters in (0, 8):
         monkeypatch.setattr(planted, "BALLAST_ITERS", iters)
-        sampled, num_sampled = variants.get("mrv2").run(SMALL_BLOCK_LOGITS, device, inputs=inputs)
+        sampled, num_sampled = subjects.get("mrv2").run(SMALL_BLOCK_LOGITS, device, inputs=inputs)
         outputs[iters] = (_emitted(sampled, num_sampled), num_sampled.tolist())
     assert outputs[0] == outputs[8]
 

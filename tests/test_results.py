@@ -10,8 +10,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from specsample import results
-from specsample.results import (
+from specsample.track import results
+from specsample.track.results import (
     COLUMNS,
     Problem,
     commit_order,

@@ -14,7 +14,7 @@ from batches import emitted, first_placeholder, split_requests, trial_batch, tru
 from conftest import gpu
 
 from specsample import reference, rejection_sample
-from specsample.kernels.fast import rejection_sample_fast
+from specsample import rejection_sample_fast
 from specsample.workloads import Workload, make_inputs
 
 V = 257  # not a multiple of any block size

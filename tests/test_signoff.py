@@ -6,9 +6,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from specsample import signoff
-from specsample.results import COLUMNS, commit_order, load_results, machine_environment
-from specsample.signoff import (
+from specsample.track import signoff
+from specsample.track.results import COLUMNS, commit_order, load_results, machine_environment
+from specsample.track.signoff import (
     compare,
     compare_variants,
     exit_code,

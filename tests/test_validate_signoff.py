@@ -13,8 +13,8 @@ import pytest
 from script_loader import script_module
 from gitrepo import make_repo
 
-from specsample.asv_runs import git
-from specsample.results import COLUMNS
+from specsample.track.asv_runs import git
+from specsample.track.results import COLUMNS
 
 
 @pytest.fixture(scope="module")

@@ -19,8 +19,8 @@ from conftest import LaunchTripwire
 
 from specsample import rejection_sample
 from specsample.kernels import fast, mrv2
-from specsample.kernels.fast import rejection_sample_fast
-from specsample.kernels.pre50939 import rejection_sample_pre50939
+from specsample import rejection_sample_fast
+from specsample.sampler import rejection_sample_pre50939
 from specsample.validation import check_inputs
 from specsample.workloads import Workload, make_inputs
 

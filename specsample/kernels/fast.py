@@ -1,8 +1,9 @@
 """The ``fast`` sampler: MRV2's algorithm and random numbers, with less work per call.
 
 Same inputs, outputs, modes and Philox draws as :mod:`.mrv2` (so the same reference, draw for
-draw); it differs only in what it skips and how it evaluates the same numbers. Each change is
-predicted and measured in ``notes/performance.md``:
+draw); it differs only in what it skips and how it evaluates the same numbers. Predictions and
+measurements behind each choice, and what was tried and not kept, are in
+``notes/performance.md``.
 
 1. **Stats and residual mass follow the valid drafts.** :func:`_stats_kernel` reads a
    non-greedy row ``j`` only if drafts ``d_1..d_{j+1}`` are all real (its own draft is tested
@@ -16,48 +17,35 @@ predicted and measured in ``notes/performance.md``:
    step ignores the value, sampling the plain target there.)
 2. **Request-major grids.** Both kernels launch one program per (request, group of
    ``Config.stats_rows`` rows, vocab block), finding the rows read from the request's drafts,
-   loaded as independent scalars (:func:`_request_rows`; a vector load and a cross-warp
-   ``tl.min`` measured slower at R=8): no program at all for bonus rows (stats) or row 0
-   (residual mass), which mrv2's (N, nb) grid launches only to exit. Tiles of 2-4 rows per program and a program
-   looping over its request's rows were measured slower at phi=0; one row per program is the
-   default (notes).
+   loaded as independent scalars (:func:`_request_rows`): no program at all for bonus rows
+   (stats) or row 0 (residual mass), which mrv2's (N, nb) grid launches only to exit.
 3. **Fast logarithms on the GPU** (``Config.fast_log``): the two logs of the Gumbel noise use
    the hardware ``lg2.approx`` (relative error ~2**-22) instead of libdevice's ``logf``. This
    moves noise values by a few ulp, so a token can differ from the reference only where two
    candidates tie to within that; the tests bound such flips as they do for ``mrv2``. Off under
-   the interpreter. A Philox with one 32x32->64 multiply per product instead of separate high
-   and low multiplies was tried and measured slower (notes), so the noise is ``tl.rand``, as in
-   mrv2. The resample's per-row set-up is hoisted out of its (``Config.resample_loop``) loop
-   over blocks, and a block's max and argmax are one reduction.
+   the interpreter. The resample's per-row set-up is hoisted out of its (``Config.resample_loop``)
+   loop over blocks, and a block's max and argmax are one reduction.
 4. **Block sizes per batch size** (``Config``, :func:`default_config`), chosen by measurement
-   on the H200 (``scripts/tune_fast.py``): 4096-wide stats and 2048-wide resample blocks from
-   32 requests up, mrv2's 8192 and 1024 below, where one partial wave of programs runs and
-   latency, not bandwidth, sets the time; below 4 requests the stats also load their rows
-   before knowing which are read (``Config.speculative_load``), one dependent load sooner.
+   on the H200 (``specsample tune``): 4096-wide stats and 2048-wide resample blocks from 32
+   requests up, mrv2's 8192 and 1024 below, where one partial wave of programs runs and latency,
+   not bandwidth, sets the time; below 4 requests the stats also load their rows before knowing
+   which are read (``Config.speculative_load``), one dependent load sooner.
 5. **Insert inside the resample kernel below 32 requests** (``Config.fused_insert``). Each
    resample program counts itself done with an atomic add on ``num_sampled`` (tau stays in the
    low 16 bits); the request's last one takes the argmax over the partials and writes the token
-   and tau + 1, as mrv2's insert kernel does: one launch fewer, 2-6% at R = 1-8. From R=32 up
-   the count costs more than the launch (2-16% slower), so large batches keep mrv2's insert.
+   and tau + 1, as mrv2's insert kernel does: one launch fewer. From 32 requests up the count
+   costs more than the launch, so large batches keep mrv2's insert.
 6. **The draft rows load with the target's** (``Config.early_draft_load``): the stats kernel
-   issues both loads before any reduction (a greedy row's draft load is masked off); after
-   the target's reductions and stores the compiler may not move the draft load up past those
-   stores. 79 registers instead of 116 at 4096/4 on sm_90, stats 143 -> 135 us at the base
-   point, phi=0.
+   issues both loads before any reduction (a greedy row's draft load is masked off); after the
+   target's reductions and stores the compiler may not move the draft load up past those stores.
 
 Cumulative log p, rejection and (large batches) insert are ``mrv2``'s kernels, unchanged: the
 partial statistics they read are laid out the same way ([N, nb] per stats block).
-
-Measured and not kept (notes/performance.md, session 5; code on branches ``work-list`` and
-``groups``): persistent stats and residual-mass kernels over a plan kernel's list of the rows
-read (phi=1 14% faster, phi=0 13% slower), and the batch in request groups on two CUDA streams
-so that one group's stats overlap another's resample (the two grids do not share the SMs).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import inspect
 import os
 from collections.abc import Callable
@@ -74,7 +62,7 @@ from .mrv2 import MIN_UNIFORM, _log1m, _resampled_token
 @dataclass(frozen=True)
 class Config:
     """Tunables of the fast pipeline; :func:`default_config` picks one by batch size, from
-    ``scripts/tune_fast.py`` on the H200 (notes/performance.md)."""
+    ``specsample tune`` on the H200 (notes/performance.md)."""
 
     stats_block: int = 4096  # vocab entries per stats / residual-mass program and row
     stats_warps: int = 4
@@ -517,8 +505,6 @@ class Pipeline(mrv2.Pipeline):
     kernel.
     """
 
-    planted_knob = False  # planted.VARIANTS: the test-only knob slows mrv2's pipelines only
-
     def __init__(self, *args, config: Config | None = None, **kwargs) -> None:
         arguments = _PIPELINE_SIGNATURE.bind_partial(*args, **kwargs).arguments
         arguments["placeholder_fix"] = True
@@ -605,10 +591,3 @@ def launch(*args, config: Config | None = None, **kwargs) -> tuple[torch.Tensor,
     """Allocate and run one fast :class:`Pipeline` (the arguments of ``mrv2.launch``)."""
     return Pipeline(*args, config=config, **kwargs).run()
 
-
-def rejection_sample_fast(*args, config: Config | None = None, **kwargs) -> tuple[torch.Tensor, torch.Tensor]:
-    """The fast sampler, with the arguments, validation and outputs of
-    :func:`specsample.rejection_sample` (see there), plus ``config``."""
-    from ..sampler import bind_arguments, checked_launch
-
-    return checked_launch(bind_arguments(args, kwargs), launch=functools.partial(launch, config=config))

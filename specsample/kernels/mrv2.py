@@ -30,8 +30,6 @@ import torch
 import triton
 import triton.language as tl
 
-from . import planted
-
 # Vocab block of the stats and residual-mass kernels: one program reads 8192 logits.
 VOCAB_BLOCK_SIZE = 8192
 # Vocab block of the resample kernel: smaller, so R*rb programs fill the GPU at small R.
@@ -39,7 +37,7 @@ RESAMPLE_BLOCK_SIZE = 1024
 # Smallest uniform: tl.rand can return exactly 0, and log(0) would make the standard test fail
 # open (and the Gumbel noise infinite); the clamp keeps log u finite (spec 3.8). The constant is
 # Triton's own scale, fp32(4.6566127342e-10) = 2**-31 * (1 - 2**-24), the smallest positive
-# value tl.rand returns (as specsample.rng.RAND32_MIN).
+# value tl.rand returns (as specsample.reference.philox.RAND32_MIN).
 MIN_UNIFORM = tl.constexpr(4.6566127342e-10)
 
 
@@ -256,8 +254,8 @@ def _residual_mass_kernel(
     PLACEHOLDER_FIX: tl.constexpr,
     BLOCK_V: tl.constexpr,
     NUM_BLOCKS_P2: tl.constexpr,
-    # TEST-ONLY planted slowdown (specsample.kernels.planted): [N, nb] scratch, loop iterations,
-    # and which programs pay it (every BALLAST_EVERY-th, by row + block)
+    # TEST-ONLY planted slowdown (Pipeline's ballast_iters, for validating the sign-off): [N, nb]
+    # scratch, loop iterations, and which programs pay it (every BALLAST_EVERY-th, by row + block)
     ballast_ptr=None,
     BALLAST_ITERS: tl.constexpr = 0,
     BALLAST_EVERY: tl.constexpr = 1,
@@ -552,7 +550,7 @@ def _resample_kernel(
         if temperature != 0.0:
             gseed = tl.randint(tl.load(seed_ptr + slot), tl.load(pos_ptr + row).to(tl.int32))
             w0, w1, _, _ = tl.randint4x(gseed, offs.to(tl.int32))
-            bits = (w1.to(tl.uint64) << 32) | w0.to(tl.uint64)  # word 1 high (specsample.rng.rand64)
+            bits = (w1.to(tl.uint64) << 32) | w0.to(tl.uint64)  # word 1 high (specsample.reference.philox.rand64)
             u = tl.maximum(bits.to(tl.float64) * 5.421010862427522e-20, 2.2250738585072014e-308)
             rho64 = rho64 - tl.log(-tl.log(u))
         rho64 = tl.where(mask, rho64, float("-inf"))
@@ -639,11 +637,14 @@ class Pipeline:
     replica (benchmarking only). ``vocab_block_size``/``block_warps`` (stats and residual mass,
     and so the [N, nb] partials' layout) and ``resample_block_size`` let a subclass tune them;
     the defaults are mrv2's.
-    """
 
-    # Whether the TEST-ONLY planted slowdown (specsample.kernels.planted) applies: it slows
-    # only the variants listed in planted.VARIANTS.
-    planted_knob = True
+    ``ballast_iters`` is a TEST-ONLY planted slowdown for validating the sign-off
+    (``specsample signoff validate``): with it above 0, every ``ballast_every``-th program of
+    the residual-mass kernel (launched only for block verification with draft logits) first runs
+    a dependent fp32 loop of that many iterations over a block-sized vector and stores its sum
+    to a scratch buffer, so only those points get slower while the outputs stay bit-identical.
+    At 0 (the default) the loop is compiled out: the kernel is the same as without it.
+    """
 
     def __init__(
         self,
@@ -666,6 +667,8 @@ class Pipeline:
         vocab_block_size: int = VOCAB_BLOCK_SIZE,
         block_warps: int = 8,
         resample_block_size: int = RESAMPLE_BLOCK_SIZE,
+        ballast_iters: int = 0,
+        ballast_every: int = 4,
     ) -> None:
         self.target_logits, self.draft_logits, self.draft_sampled = target_logits, draft_logits, draft_sampled
         self.cu_num_logits, self.pos, self.idx_mapping = cu_num_logits, pos, idx_mapping
@@ -706,9 +709,9 @@ class Pipeline:
         self.cumulative_log_p = torch.empty(n if use_block_verification else 1, **f32)
         residual_needed = use_block_verification and self.has_draft_logits
         self.local_residual_mass = torch.empty(n, nb, **f32) if residual_needed else self.target_local_max
-        # TEST-ONLY planted slowdown, read now (not at import) so the validation can set it.
-        self.ballast_iters = planted.BALLAST_ITERS if residual_needed and self.planted_knob else 0
-        self.ballast_every = planted.BALLAST_EVERY if self.ballast_iters > 0 else 1
+        # TEST-ONLY planted slowdown (see the class docstring).
+        self.ballast_iters = ballast_iters if residual_needed else 0
+        self.ballast_every = ballast_every if self.ballast_iters > 0 else 1
         self.ballast = torch.empty(n, nb, **f32) if self.ballast_iters > 0 else None
         self.rates = synthetic_conditional_rates if self.synthetic else temperature
         self.target_rejected_lse = torch.empty(r, **f32)

@@ -12,12 +12,16 @@ accept drafts after a placeholder and emit ``-1``.
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
+from . import mrv2
 
-def rejection_sample_pre50939(*args, **kwargs) -> tuple[torch.Tensor, torch.Tensor]:
-    """Pre-#50939 replica, with the arguments, validation and outputs of
-    :func:`specsample.rejection_sample` (see there)."""
-    from ..sampler import bind_arguments, checked_launch
+# The replica's pipeline: mrv2's, every kernel specialised with PLACEHOLDER_FIX=False.
+Pipeline = functools.partial(mrv2.Pipeline, placeholder_fix=False)
 
-    return checked_launch(bind_arguments(args, kwargs), placeholder_fix=False)
+
+def launch(*args, **kwargs) -> tuple[torch.Tensor, torch.Tensor]:
+    """Allocate and run one replica :data:`Pipeline` (the arguments of ``mrv2.launch``)."""
+    return mrv2.launch(*args, placeholder_fix=False, **kwargs)

@@ -33,6 +33,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from ..schema import AXES, axis_name
+from ..schema import TIERS as SCHEMA_TIERS
+
 logger = logging.getLogger(__name__)
 
 # ---------------------------------------------------------------------------------------------
@@ -58,14 +61,14 @@ COLUMNS: dict[str, str] = {
     "sweep": "str",  # class name less tier and family: "NightlyBatchLatency" -> "Batch"
     "metric": "str",  # method name, "time_sample"
     "unit": "str",  # asv unit from benchmarks.json: "seconds" for time_*, the attribute for track_*
-    "variant": "str",
+    "subject": "str",  # what was measured: "mrv2", "vllm==0.33.0", ... (asv parameter "variant")
     "mode": "str",
     "draft": "str",
     "num_reqs": "Int64",
-    "K": "Int64",
+    "num_speculative_steps": "Int64",  # K (asv parameter "K")
     "vocab_size": "Int64",
-    "phi": "float64",
-    "pattern": "str",  # where placeholders sit: "trailing" | "random" (specsample.grid)
+    "placeholder_density": "float64",  # phi (asv parameter "phi")
+    "placeholder_pattern": "str",  # "trailing" | "random" | "all" (asv parameter "pattern")
     "stage": "str",
     "value": "float64",  # median of the samples for time_*, the returned number for track_*
     "ci_lo": "float64",  # asv's 99% confidence interval of the median (time_* only)
@@ -74,19 +77,19 @@ COLUMNS: dict[str, str] = {
     "q75": "float64",
     "n_samples": "Int64",  # samples behind value (asv's stats "repeat"); <NA> for track_*
     "samples": "object",  # list[float] per-call times when run with --record-samples, else None
-    "status": "str",  # "ok" | "failed" (asv null) | "skipped" (asv NaN)
+    "status": "str",  # "ok" | "failed" (asv null) | "skipped" (asv NaN) | "crashed" (outcomes)
+    "semantics": "str",  # specsample.schema.SEMANTICS of the subject at this point (outcomes)
+    "reason": "str",  # why a point crashed, failed or was skipped, where the run recorded it
 }
 
-# The parameter axes of the suite (specsample.grid.PARAM_NAMES); stage benchmarks add stage.
-PARAM_COLUMNS: tuple[str, ...] = (
-    "variant", "mode", "draft", "num_reqs", "K", "vocab_size", "phi", "pattern", "stage",
-)
+# The parameter axes of the suite under their canonical names (specsample.schema.AXES); asv's
+# parameter names are mapped to them here, on loading (specsample.schema.axis_name).
+PARAM_COLUMNS: tuple[str, ...] = AXES
 ENV_COLUMNS: tuple[str, ...] = ("gpu", "driver", "cuda", "torch", "triton")
-# Class-name prefixes (specsample.grid.TIERS, capitalised) and the metric-family suffixes the
+# Class-name prefixes (specsample.schema.TIERS, capitalised) and the metric-family suffixes the
 # suite's class factory appends (benchmarks/common.py: make_classes). Both are stripped so that
-# "sweep" names the sweep, and a sweep's Latency and Derived classes share it. Kept literal here
-# so the loader does not import the suite (and torch).
-TIERS: tuple[str, ...] = ("Smoke", "Quick", "Nightly", "Full")
+# "sweep" names the sweep, and a sweep's Latency and Derived classes share it.
+TIERS: tuple[str, ...] = tuple(t.capitalize() for t in SCHEMA_TIERS)
 FAMILY_SUFFIXES: tuple[str, ...] = ("Latency", "Derived")
 
 # asv's file-format versions (asv.results.Results.api_version, asv.benchmarks.Benchmarks
@@ -97,6 +100,7 @@ BENCHMARKS_API_VERSION = 2
 _NOT_RESULT_FILES = {"machine.json", "benchmarks.json"}
 # JSON, but not named *.json: asv would try to read it as a result file and warn.
 _GPUINFO_SUFFIX = ".gpuinfo"
+OUTCOMES_SUFFIX = ".outcomes"  # per point: status, semantics, reason; per subject: provenance
 _STATS_FIELDS = {  # asv result column -> our column
     "stats_ci_99_a": "ci_lo",
     "stats_ci_99_b": "ci_hi",
@@ -144,19 +148,34 @@ def load_results(results_dir: str | Path) -> tuple[pd.DataFrame, list[Problem]]:
     Examples
     --------
     >>> df, problems = load_results("results")          # doctest: +SKIP
-    >>> df[df.metric == "time_sample"].groupby("variant").value.median()  # doctest: +SKIP
+    >>> df[df.metric == "time_sample"].groupby("subject").value.median()  # doctest: +SKIP
     """
     results_dir = Path(results_dir)
     problems: list[Problem] = []
     benchmarks = _load_benchmarks(results_dir / "benchmarks.json", problems)
     rows: list[dict] = []
+    outcomes: list[dict] = []
     for machine_dir in sorted(p for p in results_dir.iterdir() if p.is_dir()):
         gpuinfo = _load_gpuinfo(machine_dir, problems)
         for path in _result_files(machine_dir):
             rows.extend(_rows_from_file(path, benchmarks, gpuinfo, problems))
+        outcomes.extend(_load_outcomes(machine_dir, problems))
     for problem in problems:
         logger.warning("skipped %s: %s", problem.path.name, problem.reason)
-    return to_frame(rows), problems
+    return apply_outcomes(to_frame(rows), outcomes), problems
+
+
+def load_provenance(results_dir: str | Path) -> dict[tuple[str, str], dict[str, dict]]:
+    """``(machine, sha8) -> {subject: provenance}`` from the runs' ``<sha8>.outcomes`` files:
+    what code each subject was (release, commit, file hashes)."""
+    out: dict[tuple[str, str], dict[str, dict]] = {}
+    for machine_dir in sorted(p for p in Path(results_dir).iterdir() if p.is_dir()):
+        for path in sorted(machine_dir.glob(f"*{OUTCOMES_SUFFIX}")):
+            try:
+                out[(machine_dir.name, path.stem[:8])] = dict(_read_json(path).get("subjects", {}))
+            except _Skip:
+                continue
+    return out
 
 
 def commit_order(df: pd.DataFrame) -> pd.DataFrame:
@@ -338,6 +357,47 @@ def _load_gpuinfo(machine_dir: Path, problems: list[Problem]) -> dict[str, dict]
     return info
 
 
+def _load_outcomes(machine_dir: Path, problems: list[Problem]) -> list[dict]:
+    """Rows of every ``<sha8>.outcomes`` file (written by ``specsample bench``): one per
+    (sweep, point, subject), with its status, semantics and reason."""
+    rows = []
+    for path in sorted(machine_dir.glob(f"*{OUTCOMES_SUFFIX}")):
+        try:
+            data = _read_json(path)
+            for record in data.get("points", []):
+                rows.append({"machine": machine_dir.name, "sha8": path.stem[:8], "tier": record["tier"],
+                             "sweep": record["sweep"], **record["point"], "subject": record["subject"],
+                             "o_status": record.get("status"), "o_semantics": record.get("semantics"),
+                             "o_reason": record.get("reason")})  # fmt: skip
+        except (_Skip, KeyError, TypeError, AttributeError) as exc:
+            problems.append(Problem(path, f"unreadable outcomes ({exc})"))
+    return rows
+
+
+_OUTCOME_KEY = ("machine", "sha8", "tier", "sweep", *(a for a in AXES if a != "stage"))
+
+
+def apply_outcomes(frame: pd.DataFrame, outcomes: list[dict]) -> pd.DataFrame:
+    """``frame`` with each row's ``semantics`` and ``reason`` from the outcomes, and ``status``
+    ``crashed`` where asv recorded a failure and the run recorded a crash."""
+    if frame.empty or not outcomes:
+        return frame
+    found = pd.DataFrame(outcomes).drop_duplicates(list(_OUTCOME_KEY), keep="last")
+    keyed = frame.assign(sha8=frame["commit"].str[:8])
+    for column in _OUTCOME_KEY:
+        if column in found and column in keyed:
+            found[column] = _as_dtype(found[column], str(keyed[column].dtype)) if column in COLUMNS else found[column]
+    merged = keyed.merge(found, on=list(_OUTCOME_KEY), how="left")
+    crashed = (merged["o_status"] == "crashed").fillna(False).to_numpy(dtype=bool)
+    status = merged["status"].astype(object).to_numpy()
+    status[crashed & (status != "ok")] = "crashed"
+    frame = frame.copy()
+    frame["status"] = pd.array(status, dtype="str")
+    frame["semantics"] = _as_dtype(merged["o_semantics"], "str").array
+    frame["reason"] = _as_dtype(merged["o_reason"], "str").array
+    return frame
+
+
 def _rows_from_file(
     path: Path, benchmarks: dict[str, dict], gpuinfo: dict[str, dict], problems: list[Problem]
 ) -> list[dict]:
@@ -407,7 +467,7 @@ def _rows_from_entry(name: str, entry: dict, meta: dict | None, header: dict) ->
     rows = []
     for i, combo in enumerate(combos):
         row = dict(base)
-        row.update(zip(names, combo))
+        row.update(zip((axis_name(n) for n in names), combo))
         row.update(_value_fields(values[i], samples[i]))
         row.update({col: stats[col][i] for col in stats})
         rows.append(row)
@@ -521,7 +581,7 @@ def _regression_rows(entry: list, benchmarks: dict, revision_to_hash: dict[int, 
     point = {}
     if index is not None:
         combo = next(itertools.islice(itertools.product(*meta["params"]), index, None))
-        point = {n: parse_param(v) for n, v in zip(meta["param_names"], combo)}
+        point = {axis_name(n): parse_param(v) for n, v in zip(meta["param_names"], combo)}
     base = {
         "benchmark": benchmark,
         **split_benchmark_name(benchmark),

@@ -1,6 +1,6 @@
 """Running the asv suite on a GPU box: one tier at one commit, nightly, and backfill.
 
-asv 0.6.6 in an existing environment needs care (``../shared/docs/gpu-benchmarking.md``):
+asv 0.6.6 in an existing environment needs care (``docs/measurement.md``):
 results are saved only with ``--set-commit-hash``, ``PYTHONPATH`` is stripped unless
 ``ASV_PYTHONPATH`` is set, and a commit range is refused. So every run here:
 
@@ -8,8 +8,13 @@ results are saved only with ``--set-commit-hash``, ``PYTHONPATH`` is stripped un
    the checkout being measured (HEAD, or a past commit's worktree), git metadata from the main
    repository, and results go to a *staging* directory;
 2. runs ``asv run -E existing:<python> --set-commit-hash SHA --record-samples`` on one tier;
-3. checks every staged result file parses, then moves it into ``results/`` with ``os.replace``
-   (atomic), so an interrupted or failed run never truncates or loses an earlier result.
+3. checks every staged result file parses and holds at least one measured value (a run whose
+   points all failed or were skipped is an error, and nothing of it is promoted), then moves it
+   into ``results/`` with ``os.replace`` (atomic), so an interrupted or failed run never
+   truncates or loses an earlier result;
+4. keeps the run's per-point outcomes (status, semantics, crash reasons) and each subject's
+   provenance beside the results as ``<sha8>.outcomes``, and the GPU's description as
+   ``<sha8>.gpuinfo``.
 
 A lock file stops two runs at once.
 """
@@ -28,8 +33,9 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from .grid import bench_regex
-from .machine import write_gpu_info
+from ..machine import write_gpu_info
+from ..tiers import bench_regex
+from .results import OUTCOMES_SUFFIX
 
 LOCK_NAME = ".specsample.lock"
 
@@ -152,6 +158,69 @@ def _signature(path: Path) -> tuple[int, bytes]:
     return path.stat().st_mtime_ns, path.read_bytes()
 
 
+def _measured_values(path: Path) -> int:
+    """How many values in one asv result file were measured (not null, not NaN)."""
+    data = json.loads(path.read_text())
+    columns = data.get("result_columns", [])
+    count = 0
+    for stored in data.get("results", {}).values():
+        values = dict(zip(columns, stored)).get("result")
+        for v in values if isinstance(values, list) else [values]:
+            if isinstance(v, (int, float)) and v == v:
+                count += 1
+    return count
+
+
+def _merge_outcomes(scratch: Path, previous: Path | None, dest: Path) -> Path | None:
+    """The run's outcome files (one per measured sweep, in the run's scratch directory) merged
+    over ``previous`` (the commit's earlier outcomes), keyed by (tier, sweep, point, subject)."""
+    found = sorted(scratch.glob("*.outcomes.json"))
+    if not found:
+        return None
+    merged = {"version": 1, "subjects": {}, "points": {}}
+    sources = ([previous] if previous and previous.exists() else []) + found
+    for path in sources:
+        data = json.loads(path.read_text())
+        merged["subjects"].update(data.get("subjects", {}))
+        points = data.get("points", {})
+        for record in points.values() if isinstance(points, dict) else points:
+            key = json.dumps([record["tier"], record["sweep"], record["point"], record["subject"]], sort_keys=True)
+            merged["points"][key] = record
+    merged["points"] = list(merged["points"].values())
+    dest.write_text(json.dumps(merged, indent=0, sort_keys=True, default=str) + "\n")
+    return dest
+
+
+class _Tail:
+    """Prints what a growing file gets, from a thread, until stopped: the measurement's
+    progress, which asv would show only once the benchmark that measures is done."""
+
+    def __init__(self, path: Path, log: Callable[[str], None]) -> None:
+        import threading
+
+        self.path, self.log, self.stop = path, log, threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        offset = 0
+        while True:
+            stopping = self.stop.is_set()
+            with contextlib.suppress(OSError):
+                with open(self.path) as fh:
+                    fh.seek(offset)
+                    for line in fh:
+                        self.log("  " + line.rstrip())
+                    offset = fh.tell()
+            if stopping:
+                return
+            self.stop.wait(1.0)
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join(timeout=10)
+
+
 def run_tier(
     tier: str,
     *,
@@ -163,13 +232,16 @@ def run_tier(
     bench: str | None = None,
     python: str = sys.executable,
     extra_args: tuple[str, ...] = (),
+    interpret: bool = False,
     log: Callable[[str], None] = print,
 ) -> list[Path]:
     """Benchmark one tier of ``checkout`` (default: ``repo``) under ``commit``; return new files.
 
     Existing results for the same commit and machine are loaded by asv and merged, so running a
     second slice of a tier adds to the first. Raises :class:`RunError`, leaving ``results_dir``
-    as it was, when asv saved no result for ``commit`` (it crashed or was killed first).
+    as it was, when asv saved no result for ``commit`` (it crashed or was killed first) or saved
+    only failed and skipped points. ``interpret`` runs the kernels under Triton's interpreter
+    (the smoke tier on a machine without a GPU).
     """
     checkout = checkout or repo
     commit = commit or git(checkout, "rev-parse", "HEAD")
@@ -187,8 +259,12 @@ def run_tier(
         # The measured checkout first, then whatever else the caller had on PYTHONPATH (e.g.
         # asv's own wheels on a GPU box without network): asv strips PYTHONPATH itself.
         path = os.pathsep.join(p for p in (str(checkout), os.environ.get("PYTHONPATH", "")) if p)
-        # One scratch space per run for the measurements Derived classes share.
-        env = dict(os.environ, ASV_PYTHONPATH=path, PYTHONPATH=path, SPECSAMPLE_RUN_ID=Path(tmp).name)
+        # One scratch space per run for the measurements the classes of a sweep share.
+        run_id = Path(tmp).name
+        scratch = Path(tempfile.gettempdir()) / f"specsample-run-{run_id}"
+        env = dict(os.environ, ASV_PYTHONPATH=path, PYTHONPATH=path, SPECSAMPLE_RUN_ID=run_id)
+        if interpret:
+            env["TRITON_INTERPRET"] = "1"
         cmd = [
             python, "-m", "asv", "run", "--config", str(conf), "--machine", machine,
             "-E", f"existing:{python}", "--set-commit-hash", commit, "--record-samples",
@@ -196,10 +272,15 @@ def run_tier(
         ]  # fmt: skip
         # The GPU's description (seconds of copy-bandwidth timing) is measured before asv, so that
         # a run stopped just after asv has saved does not lose it; it is copied in with the results.
-        info = write_gpu_info(Path(tmp) / "gpuinfo", machine, commit)
+        info = write_gpu_info(Path(tmp) / "gpuinfo", machine, commit, measure_bandwidth=not interpret)
         log(f"specsample: {tier} tier at {commit[:8]} on {machine}: {' '.join(cmd[3:])}")
         start = time.monotonic()
-        proc = subprocess.run(cmd, env=env, cwd=str(checkout))
+        scratch.mkdir(parents=True, exist_ok=True)
+        tail = _Tail(scratch / "progress.log", log)
+        try:
+            proc = subprocess.run(cmd, env=env, cwd=str(checkout))
+        finally:
+            tail.close()
         log(f"specsample: asv finished in {time.monotonic() - start:.0f} s (exit {proc.returncode})")
         # The seeded copies alone do not count: asv that died before saving leaves them as
         # they were, and promoting them would report a run that measured nothing as a success.
@@ -207,10 +288,19 @@ def run_tier(
                    if p.name not in seeded or _signature(p) != seeded[p.name]]  # fmt: skip
         if not written:
             raise RunError(f"asv wrote no results for {commit[:8]} on {machine} (exit {proc.returncode})")
+        if not any(_measured_values(p) for p in written):
+            raise RunError(f"every point of the {tier} tier at {commit[:8]} failed or was skipped; nothing "
+                           f"promoted to {results_dir} (see asv's output above)")  # fmt: skip
         moved = promote(staging, results_dir, include_index=checkout == repo)
         # Written beside the staging area and renamed in, like the result files.
         _atomic_copy(info, results_dir / machine / info.name)
         moved.append(results_dir / machine / info.name)
+        outcomes = _merge_outcomes(scratch, results_dir / machine / f"{commit[:8]}{OUTCOMES_SUFFIX}",
+                                   Path(tmp) / f"{commit[:8]}{OUTCOMES_SUFFIX}")  # fmt: skip
+        if outcomes is not None:
+            _atomic_copy(outcomes, results_dir / machine / outcomes.name)
+            moved.append(results_dir / machine / outcomes.name)
+        shutil.rmtree(scratch, ignore_errors=True)
     return moved
 
 

@@ -14,12 +14,12 @@ measurement's drift are not worth blocking a PR over.
 Two defaults for ``min_effect``, because the drift depends on how the two sides were measured:
 
 * :data:`PAIRED_MIN_EFFECT` = 2% for ``specsample signoff BASE HEAD``
-  (:mod:`specsample.paired`): base and head timed in one process on the same inputs, samples
+  (:mod:`specsample.track.signoff.paired`): base and head timed in one process on the same inputs, samples
   alternated ABBA, so clock drift cancels and an A/A run is expected to differ by well under
   1%. 2% sits above that noise floor with margin and well below the 5% slowdown the sign-off
   must catch (a 5% regression clears it by 3 points; significance comes from 30 samples a
-  side). Validated by ``scripts/validate_signoff.py`` (A/A runs and planted 3/5/10%
-  slowdowns, ``specsample.kernels.planted``).
+  side). Validated by ``specsample signoff validate`` (A/A runs and planted 3/5/10%
+  slowdowns, the residual-mass kernel's test-only ``ballast_iters``).
 * :data:`ASV_MIN_EFFECT` = 5% (asv's own) for results measured in separate processes (committed
   asv results, ``--variants``): there the same kernel differs by up to ~6% between processes on
   the H200, so a smaller threshold would flag noise.
@@ -41,7 +41,8 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from specsample.results import COLUMNS, PARAM_COLUMNS
+from ...schema import SYMBOLS
+from ..results import COLUMNS, PARAM_COLUMNS
 
 # ---------------------------------------------------------------------------------------------
 # Contract
@@ -79,7 +80,7 @@ VERDICT_COLUMNS: tuple[str, ...] = (
 _SIDE_COLUMNS = ("commit", "value", "status", "samples", "ci_lo", "ci_hi", "q25", "q75")
 
 # Short labels for the markdown tables; the frame keeps the full names.
-_PARAM_LABELS = {"num_reqs": "R", "vocab_size": "V", "K": "K", "phi": "phi"}
+_PARAM_LABELS = {k: v for k, v in SYMBOLS.items() if k != "placeholder_pattern"}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -154,11 +155,11 @@ def compare_variants(
     ``head_variant`` columns are added. Other arguments as in :func:`compare`.
     """
     if key_columns is None:
-        key = [c for c in default_key(df, df) if c != "variant"] + ["commit"]
+        key = [c for c in default_key(df, df) if c != "subject"] + ["commit"]
     else:
-        key = [c for c in key_columns if c != "variant"]
-    base = df[df["variant"] == base_variant]
-    head = df[df["variant"] == head_variant]
+        key = [c for c in key_columns if c != "subject"]
+    base = df[df["subject"] == base_variant]
+    head = df[df["subject"] == head_variant]
     verdicts = compare(base, head, alpha=alpha, min_effect=min_effect, min_abs_seconds=min_abs_seconds,
                        key_columns=key, higher_is_better=higher_is_better)  # fmt: skip
     verdicts.insert(len(key), "base_variant", base_variant)

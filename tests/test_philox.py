@@ -1,4 +1,4 @@
-"""Bit-exactness of :mod:`specsample.rng` against Triton's own Philox (``tl.randint`` & co.).
+"""Bit-exactness of :mod:`specsample.reference.philox` against Triton's own Philox (``tl.randint`` & co.).
 
 The Triton side runs under the Triton interpreter (``TRITON_INTERPRET=1``, CPU only). That mode
 is fixed when ``triton`` is first imported: ``tl.randint`` is wrapped for the interpreter only if
@@ -30,7 +30,7 @@ _REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 if __name__ == "__main__":
     sys.path.insert(0, str(_REPO_ROOT))
 
-from specsample import rng  # noqa: E402
+from specsample.reference import philox as rng  # noqa: E402
 
 # ---------------------------------------------------------------------------------------------
 # Inputs shared by the Triton script and the tests
@@ -77,7 +77,7 @@ CHAIN_VOCAB = 256
 
 @triton.jit
 def _tl_rand64(seed, offset):
-    # The recipe documented in specsample.rng.rand64: word 1 high, word 0 low, times 2**-64.
+    # The recipe documented in specsample.reference.philox.rand64: word 1 high, word 0 low, times 2**-64.
     w0, w1, _, _ = tl.randint4x(seed, offset)
     x = (w1.to(tl.uint64) << 32) | w0.to(tl.uint64)
     u = x.to(tl.float64) * 5.421010862427522e-20

@@ -28,9 +28,9 @@ from matplotlib.colors import Normalize
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
-from specsample import results as _results
-from specsample.grid import STAGES
-from specsample.signoff import HIGHER_IS_BETTER, format_value
+from ..schema import STAGES
+from ..track import results as _results
+from ..track.signoff import HIGHER_IS_BETTER, format_value
 
 # ---------------------------------------------------------------------------------------------
 # Figures declared as data
@@ -122,24 +122,24 @@ PLACEHOLDER_VARIANTS = ("mrv2-pre50939", "mrv2")
 NIGHTLY_SWEEPS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("Batch", "num_reqs", ("x", "y")),
     ("Vocab", "vocab_size", ("x",)),
-    ("Steps", "K", ()),
+    ("Steps", "num_speculative_steps", ()),
 )
 
 FIGURES: tuple[FigureSpec, ...] = (
     FigureSpec(
         name="history-latency", title="Latency over commits (geomean over other params)",
-        kind="history", x="commit", y="value", unit="µs", quantity="latency", line="variant",
+        kind="history", x="commit", y="value", unit="µs", quantity="latency", line="subject",
         facet="mode", split="benchmark", filter=TIME, scale=US,
     ),
     FigureSpec(
         name="history-stage", title="Kernel stage time over commits (geomean over other params)",
         kind="history", x="commit", y="value", unit="µs", quantity="stage time",
-        line="variant", facet="stage", split="benchmark",
+        line="subject", facet="stage", split="benchmark",
         filter=(("metric", "track_stage_us"),),
     ),
     FigureSpec(
         name="placeholder", title="Placeholder handling: mrv2 vs mrv2-pre50939 latency vs phi",
-        kind="placeholder", x="phi", y="value", unit="µs", quantity="latency", line="variant",
+        kind="placeholder", x="placeholder_density", y="value", unit="µs", quantity="latency", line="subject",
         facet="mode", split="benchmark", filter=TIME_SAMPLE, scale=US,
         compare=PLACEHOLDER_VARIANTS, also=(FASTEST,), section="placeholder-panel",
     ),
@@ -148,8 +148,8 @@ FIGURES: tuple[FigureSpec, ...] = (
             name=f"placeholder-interleaved-{draft}",
             title=(f"Placeholder handling ({draft} drafts, variants interleaved): "
                    "mrv2 vs mrv2-pre50939 vs phi"),
-            kind="placeholder", x="phi", y="value", unit="µs", quantity="latency",
-            line="variant", facet="mode", split="benchmark",
+            kind="placeholder", x="placeholder_density", y="value", unit="µs", quantity="latency",
+            line="subject", facet="mode", split="benchmark",
             filter=(("metric", "track_latency_us"), ("draft", draft)),
             compare=PLACEHOLDER_VARIANTS, also=(FASTEST,), section="placeholder-panel",
         )
@@ -157,15 +157,15 @@ FIGURES: tuple[FigureSpec, ...] = (
     ),
     FigureSpec(
         name="stages", title="Per-kernel breakdown (logits drafts): stage time per variant",
-        kind="bars", x="stage", y="value", unit="µs", quantity="stage time", line="variant",
-        facet="mode", facet_row="phi", split="benchmark",
+        kind="bars", x="stage", y="value", unit="µs", quantity="stage time", line="subject",
+        facet="mode", facet_row="placeholder_density", split="benchmark",
         filter=(("metric", "track_stage_us"), ("draft", "logits")),
         compare=PLACEHOLDER_VARIANTS, agg="median", section="stages",
     ),
     *(
         FigureSpec(
             name=f"sweep-{x}", title=f"Latency vs {x} (nightly {sweep} sweep, newest commit)",
-            kind="line", x=x, y="value", unit="µs", quantity="latency", line="variant",
+            kind="line", x=x, y="value", unit="µs", quantity="latency", line="subject",
             facet="mode", split="benchmark",
             filter=(*TIME_SAMPLE, ("tier", "nightly"), ("sweep", sweep)), scale=US,
             ci=("ci_lo", "ci_hi"), log_axes=log_axes, section="sweeps",
@@ -180,7 +180,7 @@ FIGURES: tuple[FigureSpec, ...] = (
             filter=TIME_SAMPLE, compare=(base, NEWEST), split="benchmark", section="speedup",
         )
         for base in BASELINES
-        for x, rows in (("num_reqs", "vocab_size"), ("K", "phi"))
+        for x, rows in (("num_reqs", "vocab_size"), ("num_speculative_steps", "placeholder_density"))
     ),
     *(
         FigureSpec(
@@ -189,20 +189,20 @@ FIGURES: tuple[FigureSpec, ...] = (
             kind="heatmap", x=x, y="speedup", unit="×", quantity="speedup", line=rows,
             filter=TIME_SAMPLE, compare=(NEWEST, FASTEST), split="benchmark", section="speedup",
         )
-        for x, rows in (("num_reqs", "vocab_size"), ("K", "phi"))
+        for x, rows in (("num_reqs", "vocab_size"), ("num_speculative_steps", "placeholder_density"))
     ),
     FigureSpec(
         name="bandwidth", title="Achieved bandwidth fraction (median over other params)",
         kind="line", x="num_reqs", y="value", unit="fraction of copy bandwidth",
-        line="variant", facet="mode", split="benchmark",
+        line="subject", facet="mode", split="benchmark",
         filter=(("metric", "track_bandwidth_fraction"),), agg="median",
         log_axes=("x",), section="bandwidth",
     ),
     FigureSpec(
         name="bandwidth-phi",
         title="Achieved bandwidth fraction vs placeholder density (median over other params)",
-        kind="line", x="phi", y="value", unit="fraction of copy bandwidth",
-        line="variant", facet="mode", split="benchmark",
+        kind="line", x="placeholder_density", y="value", unit="fraction of copy bandwidth",
+        line="subject", facet="mode", split="benchmark",
         filter=(("metric", "track_bandwidth_fraction"),), agg="median", section="bandwidth",
     ),
 )
@@ -239,8 +239,8 @@ AXIS_LABELS: tuple[tuple[str, str], ...] = (
     ("commit", "commit (oldest → newest)"),
     ("num_reqs", "num_reqs (requests per batch)"),
     ("vocab_size", "vocab_size (tokens)"),
-    ("K", "K (draft tokens per request)"),
-    ("phi", "phi (placeholder fraction, dimensionless)"),
+    ("num_speculative_steps", "K (draft tokens per request)"),
+    ("placeholder_density", "phi (placeholder fraction, dimensionless)"),
     ("stage", "kernel stage (pipeline order)"),
 )
 
@@ -249,7 +249,7 @@ AXIS_LABELS: tuple[tuple[str, str], ...] = (
 CATEGORY_ORDER: tuple[tuple[str, tuple], ...] = (
     ("mode", ("greedy", "standard", "block")),
     ("stage", STAGES),
-    ("variant", ("mrv2", "fast", "mrv2-pre50939", "torch-eager", "flashinfer", "flashinfer-kernel")),
+    ("subject", ("mrv2", "fast", "mrv2-pre50939", "torch-eager", "flashinfer", "flashinfer-kernel")),
 )
 
 VARIANT_COLORS: tuple[tuple[str, str], ...] = (
@@ -298,6 +298,7 @@ def build_dashboard(
     asv_html_link: str = "../html/index.html",
     machine: str | None = None,
     figures: Sequence[FigureSpec] = FIGURES,
+    results_dir: str | Path | None = None,
 ) -> Path:
     """Write ``out_dir/index.html`` and ``out_dir/figures/*.png``; return the index path.
 
@@ -423,13 +424,13 @@ def _pair_variants(df: pd.DataFrame, base_variant: str, head_variant: str) -> pd
     """Points measured for both variants in the same run: key columns, base_value, head_value,
     ratio (head / base). A plain join; the statistics of :func:`signoff.compare_variants` are
     not needed to draw and would dominate the build time."""
-    present = set(df["variant"].dropna())
+    present = set(df["subject"].dropna())
     absent = [v for v in (base_variant, head_variant) if v not in present]
     if absent:
         raise MissingData(f"no {' or '.join(absent)} results")
     key = [c for c in ("machine", "benchmark", "commit", *_results.PARAM_COLUMNS)
-           if c in df and c != "variant"]
-    sides = [df.loc[df["variant"] == v, key + ["value"]].rename(columns={"value": f"{n}_value"})
+           if c in df and c != "subject"]
+    sides = [df.loc[df["subject"] == v, key + ["value"]].rename(columns={"value": f"{n}_value"})
              for v, n in ((base_variant, "base"), (head_variant, "head"))]
     pairs = sides[0].merge(sides[1], on=key, how="inner")
     pairs["base_value"] = pairs["base_value"].astype("float64")
@@ -748,7 +749,7 @@ def _finish(fig: Figure, spec: FigureSpec, split_value: str, panels: list, note:
     for ax, *_ in panels:
         for handle, label in zip(*ax.get_legend_handles_labels()):
             legend.setdefault(label, handle)
-    rank = {v: i for i, v in enumerate(dict(CATEGORY_ORDER)["variant"])}
+    rank = {v: i for i, v in enumerate(dict(CATEGORY_ORDER)["subject"])}
     labels = sorted(legend, key=lambda k: (k not in rank, rank.get(k, 0)))  # stable otherwise
     entry = max((0.45 + 0.075 * len(k) for k in labels), default=1.0)  # inches at 9 pt
     ncol = max(1, min(len(labels), 6, int((width - 0.2) / entry)))

@@ -3,7 +3,7 @@
 This is the readable statement of what the Triton pipeline in :mod:`specsample.kernels` computes
 (spec ``/work/shared/spec/rejection-sampling.md``, sections 3, 5.x POST, 5.4 and 6). It loops over
 requests, vectorises over draft steps and the vocabulary, and runs on CPU or CUDA. Every random
-draw is bit-identical to the kernels' (see :mod:`specsample.rng`), so on the same inputs both
+draw is bit-identical to the kernels' (see :mod:`specsample.reference.philox`), so on the same inputs both
 make the same decisions except where an fp32 rounding difference flips a comparison that sits
 within an ulp of its threshold (the kernels reduce in a different order and use GPU ``exp``).
 
@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import torch
 
-from specsample import rng
+from . import philox
 
 __all__ = ["rejection_sample", "gumbel_noise", "nan_safe_argmax"]
 
@@ -93,9 +93,9 @@ def gumbel_noise(gseed: torch.Tensor, vocab_size: int, *, use_fp64: bool = False
     tok = torch.arange(vocab_size, dtype=torch.int32, device=gseed.device)
     gseed = gseed[..., None]
     if use_fp64:
-        u = rng.rand64(gseed, tok)
+        u = philox.rand64(gseed, tok)
         return -torch.log(-torch.log(u))
-    u = rng.rand_clamped(gseed, tok)
+    u = philox.rand_clamped(gseed, tok)
     # log1p keeps resolution in the winning tail u -> 0, where fp32 has it.
     return -torch.log(-torch.log1p(-u))
 
@@ -204,8 +204,8 @@ def rejection_sample(
     row_counts = torch.tensor([cu[r + 1] - cu[r] for r in range(num_reqs)], device=device)
     row_slot = torch.repeat_interleave(idx_mapping.to(device=device, dtype=torch.int64), row_counts)
     pos32 = pos[:num_rows].to(device=device, dtype=torch.int32)
-    row_words = rng.randint(seed.to(device)[row_slot], pos32)  # [N] uint32 in int64
-    row_u = torch.clamp_min(rng.uint_to_uniform_float(row_words), rng.RAND32_MIN)  # [N] fp32
+    row_words = philox.randint(seed.to(device)[row_slot], pos32)  # [N] uint32 in int64
+    row_u = torch.clamp_min(philox.uint_to_uniform_float(row_words), philox.RAND32_MIN)  # [N] fp32
 
     # Phase 1, per request: decide tau and build the residual logits rho of row c + tau.
     resample_reqs: list[int] = []

@@ -1,5 +1,5 @@
-"""The variants registry: what it lists, what each variant refuses, and that the in-tree
-variants agree with each other where they must (and disagree where PR #50939 says they do)."""
+"""The subjects registry: what it lists, what each subject refuses, and that our own subjects
+agree with each other where they must (and disagree where PR #50939 says they do)."""
 
 from __future__ import annotations
 
@@ -9,28 +9,29 @@ from batches import emitted, trial_batch
 from conftest import gpu
 from stats import assert_follows
 
-from specsample import variants
-from specsample.grid import sweeps
+from specsample import subjects
+from specsample.tiers import sweeps
 from specsample.workloads import Workload, make_inputs
 
 V, R, K = 257, 12, 3
 
 
-def test_registry_lists_every_variant_once():
-    names = variants.names()
+def test_registry_lists_every_subject_once():
+    names = subjects.names()
     assert names == ("mrv2", "fast", "mrv2-pre50939", "torch-eager", "flashinfer", "flashinfer-kernel")
     assert len(set(names)) == len(names)
-    assert "REPLICA" in variants.get("mrv2-pre50939").summary
+    assert "REPLICA" in subjects.get("mrv2-pre50939").summary
 
 
-def test_every_variant_has_a_benchmark():
-    benchmarked = {v for s in sweeps() if s.kind == "sampler" for v in dict(s.axes)["variant"]}
-    assert set(variants.names()) <= benchmarked
+def test_every_subject_has_a_benchmark():
+    benchmarked = {v for s in sweeps() if s.kind == "sampler" for v in s.subjects}
+    assert set(subjects.names()) <= benchmarked
 
 
-def test_unknown_variant_is_a_value_error():
-    with pytest.raises(ValueError, match="^variant: expected one of"):
-        variants.get("nope")
+@pytest.mark.parametrize("name", ["nope", "mrv3", "vllm=0.33.0", "vllm==latest", "nope@abc1234"])
+def test_unknown_subject_is_a_value_error_listing_the_forms(name):
+    with pytest.raises(ValueError, match="^subject: expected one of mrv2, fast.*vllm==X.Y.Z"):
+        subjects.get(name)
 
 
 @pytest.mark.parametrize(
@@ -45,19 +46,19 @@ def test_unknown_variant_is_a_value_error():
     ids=["mode", "draft", "placeholders", "ragged", "mixed-temperature"],
 )
 def test_flashinfer_declares_its_limits(workload, reason, monkeypatch):
-    fi = variants.get("flashinfer")
+    fi = subjects.get("flashinfer")
     monkeypatch.setattr(type(fi), "unavailable", lambda self: None)  # judge support, not installation
     assert reason in fi.unsupported(workload)
-    with pytest.raises(variants.NotSupported, match=reason):
+    with pytest.raises(subjects.NotSupported, match=reason):
         fi.check(workload)
 
 
 def test_missing_flashinfer_reports_itself_unavailable():
-    fi = variants.get("flashinfer")
+    fi = subjects.get("flashinfer")
     if fi.unavailable() is None:
         pytest.skip("flashinfer is installed here")
     assert "flashinfer" in fi.unavailable()
-    with pytest.raises(variants.NotSupported):
+    with pytest.raises(subjects.NotSupported):
         fi.prepare(Workload(num_reqs=2, vocab_size=V))
 
 
@@ -72,8 +73,8 @@ def test_replica_matches_mrv2_without_placeholders(device, mode, draft):
     w = Workload(num_reqs=R, num_speculative_steps=K, vocab_size=V, mode=mode, draft=draft,
                  ragged=True, greedy_fraction=0.25 if mode != "greedy" else 0.0, seed=31)  # fmt: skip
     inputs = make_inputs(w, device=device)
-    post = emitted(*variants.get("mrv2").run(w, device, inputs))
-    pre = emitted(*variants.get("mrv2-pre50939").run(w, device, inputs))
+    post = emitted(*subjects.get("mrv2").run(w, device, inputs))
+    pre = emitted(*subjects.get("mrv2-pre50939").run(w, device, inputs))
     assert pre == post
 
 
@@ -82,8 +83,8 @@ def test_torch_eager_matches_mrv2(device, mode):
     w = Workload(num_reqs=R, num_speculative_steps=K, vocab_size=V, mode=mode, placeholder_density=0.3,
                  placeholder_pattern="random", seed=32)  # fmt: skip
     inputs = make_inputs(w, device=device)
-    eager = emitted(*variants.get("torch-eager").run(w, device, inputs))
-    ours = emitted(*variants.get("mrv2").run(w, device, inputs))
+    eager = emitted(*subjects.get("torch-eager").run(w, device, inputs))
+    ours = emitted(*subjects.get("mrv2").run(w, device, inputs))
     mismatches = sum(a != b for a, b in zip(eager, ours))
     assert mismatches <= (0 if mode == "greedy" else 0.001 * R)
 
@@ -98,7 +99,7 @@ def _placeholder_in_the_middle(device: str, trials: int) -> dict:
 
 
 def _run_prepared(name: str, inputs: dict):
-    prepared = variants.get(name).prepare_inputs(inputs)
+    prepared = subjects.get(name).prepare_inputs(inputs)
     return prepared.finish(prepared.call())
 
 
@@ -122,7 +123,7 @@ def test_replica_block_verification_stops_at_placeholder(device):
 def test_flashinfer_first_token_follows_target():
     """FlashInfer's chain speculative sampling from our logits: the first emitted token of each
     trial follows softmax(target), like ours (standard mode, draft logits)."""
-    fi = variants.get("flashinfer")
+    fi = subjects.get("flashinfer")
     if fi.unavailable():
         pytest.skip(fi.unavailable())
     trials, v, k = 40960, 4096, 3

@@ -1,0 +1,80 @@
+"""Map a workload's inputs onto one vLLM version's ``rejection_sample``, by its signature.
+
+specsample's inputs (:func:`specsample.workloads.make_inputs`) are the arguments of MRV2's
+launcher as it stands after PR #50939. Versions differ:
+
+- 0.22.0 to 0.24.0 have no ``use_block_verification``: block mode is skipped there, with that
+  reason, and never run as standard mode;
+- later versions add arguments with defaults (watermarking, FLy): they are left at their
+  defaults, i.e. off;
+- an argument without a default that specsample does not know cannot be filled: the version
+  cannot be adapted, a :class:`~specsample.subjects.SubjectError` that names the argument.
+
+The adapter does not know which temperature convention a version's draft logits follow (before
+or after PR #50910 they were expected after or before dividing by T), so draft logits run at
+T = 1 only, where the two agree (every tier's workloads are at T = 1).
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+
+from ..base import Capabilities, SubjectError
+
+# The arguments of every MRV2 launcher, which every version must take.
+REQUIRED = (
+    "target_logits", "draft_logits", "draft_sampled", "cu_num_logits", "pos", "idx_mapping",
+    "expanded_idx_mapping", "expanded_local_pos", "temperature", "seed", "num_speculative_steps",
+)  # fmt: skip
+# Arguments specsample can pass where a version takes them, and the mode each one enables.
+OPTIONAL = {
+    "synthetic_conditional_rates": "synthetic",
+    "use_block_verification": "block",
+    "use_fp64": None,
+}
+
+
+@dataclass(frozen=True)
+class Adapter:
+    """How to call one version's launcher: the argument names it takes, and what it supports."""
+
+    takes: frozenset[str]
+    capabilities: Capabilities
+    ignored: tuple[str, ...]  # the version's own arguments, left at their defaults
+
+    def arguments(self, inputs: dict) -> dict:
+        """The keyword arguments for this version, from specsample's ``inputs``."""
+        args = {k: v for k, v in inputs.items() if k in self.takes}
+        for name in OPTIONAL:
+            if name not in self.takes and inputs.get(name) not in (None, False):
+                raise ValueError(f"this version takes no {name}, but the inputs set it")
+        return args
+
+
+def adapt(fn, label: str) -> Adapter:
+    """An :class:`Adapter` for ``fn``'s signature; ``SubjectError`` when it cannot be called."""
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError) as exc:
+        raise SubjectError(f"{label}: cannot read rejection_sample's signature ({exc})") from None
+    if any(p.kind is p.VAR_POSITIONAL for p in params.values()):
+        raise SubjectError(f"{label}: rejection_sample takes *args; its arguments cannot be matched by name")
+    missing = [n for n in REQUIRED if n not in params]
+    if missing:
+        raise SubjectError(f"{label}: rejection_sample takes no {', '.join(missing)}: its signature cannot "
+                           f"be adapted (it takes {', '.join(params)})")  # fmt: skip
+    known = set(REQUIRED) | set(OPTIONAL)
+    unfillable = [n for n, p in params.items() if n not in known and p.default is p.empty
+                  and p.kind not in (p.VAR_KEYWORD,)]  # fmt: skip
+    if unfillable:
+        raise SubjectError(f"{label}: rejection_sample requires {', '.join(unfillable)}, which specsample "
+                           f"cannot fill: its signature cannot be adapted")  # fmt: skip
+    modes = ["greedy", "standard"]
+    for name, mode in OPTIONAL.items():
+        if mode and name in params:
+            modes.append(mode)
+    order = ("greedy", "standard", "block", "synthetic")
+    caps = Capabilities(modes=tuple(m for m in order if m in modes), tempered_draft_logits=False)
+    ignored = tuple(n for n in params if n not in known and params[n].kind is not params[n].VAR_KEYWORD)
+    return Adapter(frozenset(n for n in params if n in known), caps, ignored)

@@ -1,0 +1,154 @@
+"""The tiers: which points each benchmark tier measures, declared as data.
+
+Every asv class in ``benchmarks/`` is generated from a :class:`Sweep` here, so the grid is
+read in one place. A sweep's axes are the canonical point axes of :mod:`specsample.schema`
+(an axis a sweep does not vary holds its base value, so every result row carries every axis);
+asv sees them under their asv parameter names (:func:`specsample.schema.asv_name`).
+
+Tiers:
+
+* ``smoke``    a few tiny points that run on a CPU under the Triton interpreter (CI).
+* ``quick``    about 60 points around the base point, for sign-off of a kernel change.
+* ``nightly``  one-axis sweeps around the base point (R=128, K=4, V=151936, phi=0.5, trailing
+  placeholders), full placeholder-density sweeps per mode and draft kind, the peers, the
+  per-kernel breakdown, and :data:`NIGHTLY_VLLM` beside our subjects.
+* ``releases`` every MRV2 release of vLLM (:data:`MRV2_RELEASES`) beside ``mrv2``,
+  ``mrv2-pre50939`` and ``fast``: density x pattern x mode x draft kind at the base point, and
+  one-axis sweeps of R, K and V.
+* ``full``     the cartesian grid of spec section 8 (hours; for a dedicated box).
+
+Append-only: results key on tier, sweep and parameter values. No torch here.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+from .schema import BASE_POINT, STAGE_AXIS, STAGES, TIERS, asv_name
+
+# Every vLLM release on the package index with Model Runner V2's rejection sampler
+# (vllm/v1/worker/gpu/spec_decode/rejection_sampler_utils.py first ships in 0.22.0).
+# Append-only: a new release is added here, and the releases tier measures it from then on.
+MRV2_RELEASES = (
+    "0.22.0", "0.22.1", "0.23.0", "0.24.0", "0.25.0", "0.25.1", "0.26.0", "0.27.0", "0.27.1",
+    "0.28.0", "0.29.0", "0.30.0", "0.31.0", "0.32.0", "0.33.0",
+)  # fmt: skip
+NEWEST_RELEASE = f"vllm=={MRV2_RELEASES[-1]}"
+
+# vLLM subjects beside ours in the nightly tier: the newest release, and the main branch of the
+# checkout named by --vllm-repo / $SPECSAMPLE_VLLM_REPO (skipped, with that reason, without one).
+NIGHTLY_VLLM = (NEWEST_RELEASE, "vllm@main")
+
+OURS = ("mrv2", "mrv2-pre50939", "fast")
+
+# The base point of the nightly one-axis sweeps, one value per axis (sweeps override axes).
+BASE = {"subject": OURS, **{axis: (value,) for axis, value in BASE_POINT.items()}}
+BASE["mode"] = ("greedy", "standard", "block")
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """One benchmark class: a name and the values of every axis (canonical names)."""
+
+    tier: str
+    name: str
+    axes: tuple[tuple[str, tuple], ...]
+    kind: str = "sampler"  # "sampler" (end to end) or "stages" (per-kernel breakdown)
+    latency: bool = True  # also an asv-statistics time_ class (replays the sweep's measurement)
+    timeout: int = 900  # seconds asv allows the first point, which measures the whole sweep
+
+    @property
+    def class_name(self) -> str:
+        return self.tier.capitalize() + self.name
+
+    @property
+    def axis_names(self) -> list[str]:
+        """Canonical axis names, in asv's parameter order."""
+        return [name for name, _ in self.axes]
+
+    @property
+    def param_names(self) -> list[str]:
+        """The asv parameter names (append-only spellings) of :attr:`axis_names`."""
+        return [asv_name(name) for name in self.axis_names]
+
+    @property
+    def params(self) -> list[list]:
+        return [list(values) for _, values in self.axes]
+
+    @property
+    def subjects(self) -> tuple[str, ...]:
+        return tuple(dict(self.axes)["subject"])
+
+    def points(self) -> list[dict]:
+        """Every combination as a canonical point, in asv's ``itertools.product`` order."""
+        names = self.axis_names
+        return [dict(zip(names, combo)) for combo in itertools.product(*self.params)]
+
+    def point_of(self, params: tuple) -> dict:
+        """The canonical point of one asv parameter combination."""
+        return dict(zip(self.axis_names, params))
+
+
+def _sweep(tier: str, name: str, kind: str = "sampler", latency: bool = True, timeout: int = 900,
+           **overrides: tuple) -> Sweep:  # fmt: skip
+    axes = dict(BASE, **overrides)
+    if kind == "stages":
+        axes[STAGE_AXIS] = STAGES
+    return Sweep(tier, name, tuple(axes.items()), kind, latency and kind == "sampler", timeout)
+
+
+_PEERS = ("mrv2", "mrv2-pre50939", "fast", "torch-eager", "flashinfer", "flashinfer-kernel")
+_DENSITIES = (0.0, 0.25, 0.5, 0.75, 1.0)
+_RELEASE_SUBJECTS = (*OURS, *(f"vllm=={r}" for r in MRV2_RELEASES))
+
+SWEEPS: tuple[Sweep, ...] = (
+    # ---- smoke: CPU interpreter, tiny shapes
+    _sweep("smoke", "Grid", num_reqs=(2,), num_speculative_steps=(2,), vocab_size=(300,),
+           mode=("greedy", "block"), placeholder_density=(0.0, 0.5)),
+    # ---- quick: ~60 points for sign-off
+    _sweep("quick", "Density", placeholder_density=(0.0, 0.5, 1.0), draft=("logits", "one-hot")),
+    _sweep("quick", "Shape", num_reqs=(8, 512), vocab_size=(32000, 262144)),
+    # ---- nightly: one-axis sweeps around the base point, density sweeps per mode, peers.
+    # Latency (asv statistics over the replayed samples) for the one-axis sweeps and the
+    # placeholder extremes; every sweep is measured once per run, subjects interleaved.
+    _sweep("nightly", "Batch", num_reqs=(1, 8, 32, 128, 256, 512)),
+    _sweep("nightly", "Steps", num_speculative_steps=(1, 3, 4, 7, 8)),
+    _sweep("nightly", "Vocab", vocab_size=(32000, 128256, 151936, 155264, 262144)),
+    _sweep("nightly", "Placeholders", placeholder_density=(0.0, 1.0)),
+    _sweep("nightly", "Density", latency=False, placeholder_density=_DENSITIES,
+           placeholder_pattern=("trailing", "random"), draft=("logits", "one-hot")),
+    _sweep("nightly", "Peers", latency=False, subject=_PEERS, mode=("standard",),
+           placeholder_density=(0.0,), num_reqs=(1, 32, 128, 512), vocab_size=(32000, 151936)),
+    _sweep("nightly", "Stages", kind="stages", placeholder_density=(0.0, 0.5, 1.0),
+           draft=("logits", "one-hot")),
+    _sweep("nightly", "Vllm", subject=(*OURS, *NIGHTLY_VLLM), placeholder_density=_DENSITIES),
+    # ---- releases: every MRV2 release beside ours, measured in one run
+    _sweep("releases", "Density", timeout=3600, subject=_RELEASE_SUBJECTS,
+           placeholder_density=_DENSITIES, placeholder_pattern=("trailing", "random"),
+           draft=("logits", "one-hot")),
+    _sweep("releases", "Shape", timeout=3600, subject=_RELEASE_SUBJECTS,
+           num_reqs=(1, 8, 32, 128, 512)),
+    _sweep("releases", "Steps", timeout=3600, subject=_RELEASE_SUBJECTS,
+           num_speculative_steps=(1, 4, 7)),
+    _sweep("releases", "Vocab", timeout=3600, subject=_RELEASE_SUBJECTS,
+           vocab_size=(32000, 128256, 151936)),
+    # ---- full: the cartesian grid of spec section 8
+    _sweep("full", "Grid", latency=False, num_reqs=(1, 8, 32, 128, 256, 512),
+           num_speculative_steps=(1, 4, 8), vocab_size=(32000, 151936, 262144),
+           placeholder_density=(0.0, 0.5, 1.0), draft=("logits", "one-hot")),
+    _sweep("full", "Stages", kind="stages", num_reqs=(8, 128, 512), placeholder_density=_DENSITIES,
+           draft=("logits", "one-hot")),
+)  # fmt: skip
+
+
+def sweeps(tier: str | None = None) -> tuple[Sweep, ...]:
+    if tier is not None and tier not in TIERS:
+        raise ValueError(f"tier: expected one of {TIERS}, got {tier!r}")
+    return tuple(s for s in SWEEPS if tier is None or s.tier == tier)
+
+
+def bench_regex(tier: str) -> str:
+    """The ``asv run --bench`` pattern that selects one tier."""
+    sweeps(tier)  # validates
+    return rf"^bench_\w+\.{tier.capitalize()}[A-Z]"

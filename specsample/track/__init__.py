@@ -1,0 +1,1 @@
+"""Tracking: asv runs, the results frame, sign-off and change points."""

@@ -1,0 +1,400 @@
+"""Measurements in a child process, so that a subject that faults or hangs costs only its own points.
+
+An illegal memory access poisons the CUDA context of the whole process: every later launch
+fails, whoever's it is. So every measurement specsample makes (the asv sweeps, ``compare``,
+sign-off) runs here: :func:`run_units` starts ``python -m specsample.worker`` on a list of
+:class:`Unit` (one point, the subjects to time there interleaved), and reads its progress
+line by line. The worker says which subject it is about to run before each step
+(:data:`specsample.measure.OnPhase`), so when it dies, or stops making progress for
+``JobOptions.stall_s``, the parent knows whose code was running:
+
+- that subject's point is recorded as ``crashed`` with the reason (the CUDA error, the signal, or
+  the stall);
+- a fresh worker goes on with the other subjects of that point and the points after it;
+- a subject that crashed ``JobOptions.max_crashes`` times is not run again in this job (its
+  remaining points are recorded as crashed, saying so); nothing already measured is lost.
+
+Records are plain dicts (JSON): ``status`` ``ok`` (``samples``, ``median``, ``method``, ``l2``,
+``calls_per_sample``, ``input_copies``, ``capture_error``, ``bytes``, ``semantics``,
+``semantics_detail``; stage units: ``stages``, ``{stage: {"median", "samples"}}``), or
+``skipped`` / ``failed`` / ``crashed`` with a ``reason``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+PROTOCOL = "@@specsample-worker "
+CRASH_EXIT = 3
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One point (canonical axes, no ``subject``) and the subjects timed there, interleaved."""
+
+    key: str
+    point: dict
+    subjects: tuple[str, ...]
+    kind: str = "sampler"  # "sampler" | "stages"
+    # What each subject's record is called, when not its name: sign-off's "base" and "head",
+    # which may be one subject (an A/A run times it twice, on separate buffers and graphs).
+    labels: tuple[str, ...] | None = None
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return self.labels or self.subjects
+
+
+@dataclass(frozen=True)
+class JobOptions:
+    l2: str = "cold"
+    calls_per_sample: int = 10
+    num_samples: int = 20
+    device: str = "cuda"
+    check: bool = True  # classify each subject's output once per point (specsample.semantics)
+    host: bool = False  # host wall-clock timer (CPU smoke runs under the interpreter)
+    stall_s: float = 600.0  # no progress for this long: the running subject is hung
+    max_crashes: int = 2
+
+
+@dataclass
+class Outcome:
+    """What :func:`run_units` measured: ``records[unit key][subject]``, each subject's
+    provenance, and the crashes (unit key, subject, reason) in the order they happened."""
+
+    records: dict[str, dict[str, dict]] = field(default_factory=dict)
+    provenance: dict[str, dict] = field(default_factory=dict)
+    crashes: list[tuple[str, str, str]] = field(default_factory=list)
+    workers: int = 0
+    seconds: float = 0.0
+
+
+# ---------------------------------------------------------------------------------------------
+# Parent side
+# ---------------------------------------------------------------------------------------------
+
+
+def run_units(
+    units: Sequence[Unit],
+    options: JobOptions = JobOptions(),
+    *,
+    log: Callable[[str], None] | None = None,
+    python: str = sys.executable,
+) -> Outcome:
+    """Measure ``units`` in worker processes (see the module docstring)."""
+    log = log or _default_log
+    start = time.monotonic()
+    outcome = Outcome(records={u.key: {} for u in units})
+    crash_count: dict[str, int] = {}
+    pending = list(units)
+    total = len(units)
+    while pending:
+        pending = [_without_banned(u, outcome, crash_count, options) for u in pending]
+        pending = [u for u in pending if u.subjects]
+        if not pending:
+            break
+        outcome.workers += 1
+        done_keys, crash = _run_worker(pending, options, outcome, python, log, total)
+        pending = [u for u in pending if u.key not in done_keys]
+        if crash is None:
+            if pending:  # the worker ended without a crash record and without finishing
+                crash = (pending[0].key, None, "the worker exited before finishing")
+            else:
+                break
+        key, name, reason = crash
+        unit = next(u for u in pending if u.key == key)
+        if name is not None and name not in unit.names:
+            # The crash was in code run for every subject (mrv2's reference output): none of
+            # them could be judged at this point.
+            for n in unit.names:
+                outcome.records[key].setdefault(n, {"status": "failed", "reason": f"{name} crashed: {reason}"})
+            log(f"specsample worker: {name} crashed at {_label(unit.point)}: {reason}")
+            pending = [u for u in pending if u.key != key]
+            continue
+        name = name or unit.names[0]
+        subject = unit.subjects[unit.names.index(name)]
+        outcome.records[key][name] = {"status": "crashed", "reason": reason}
+        outcome.crashes.append((key, subject, reason))
+        crash_count[subject] = crash_count.get(subject, 0) + 1
+        log(f"specsample worker: {name} ({subject}) crashed at {_label(unit.point)}: {reason}")
+        pending = [_replace_subjects(u, [n for n in u.names if n != name]) if u.key == key else u
+                   for u in pending]  # fmt: skip
+    outcome.seconds = time.monotonic() - start
+    return outcome
+
+
+def _default_log(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def _replace_subjects(unit: Unit, keep: list[str]) -> Unit:
+    """``unit`` with only the subjects whose records are called ``keep``."""
+    pairs = [(s, n) for s, n in zip(unit.subjects, unit.names) if n in keep]
+    labels = tuple(n for _, n in pairs) if unit.labels else None
+    return Unit(unit.key, unit.point, tuple(s for s, _ in pairs), unit.kind, labels)
+
+
+def _without_banned(unit: Unit, outcome: Outcome, crash_count: dict[str, int], options: JobOptions) -> Unit:
+    keep = []
+    for subject, name in zip(unit.subjects, unit.names):
+        if name in outcome.records[unit.key]:
+            continue  # already recorded (crashed here earlier)
+        if crash_count.get(subject, 0) >= options.max_crashes:
+            last = next(reason for _, subj, reason in reversed(outcome.crashes) if subj == subject)
+            outcome.records[unit.key][name] = {
+                "status": "crashed",
+                "reason": f"not run: crashed {crash_count[subject]} times earlier in this run (last: {last})",
+            }
+            continue
+        keep.append(name)
+    return _replace_subjects(unit, keep)
+
+
+def _run_worker(units, options, outcome, python, log, total):
+    """One worker over ``units``; returns (keys finished, crash or None)."""
+    with tempfile.TemporaryDirectory(prefix="specsample-worker-") as tmp:
+        job = Path(tmp) / "job.json"
+        job.write_text(json.dumps({"options": asdict(options), "units": [asdict(u) for u in units]}))
+        env = dict(os.environ)
+        root = str(Path(__file__).resolve().parents[1])
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
+        env["PYTHONUNBUFFERED"] = "1"
+        if options.device == "cpu":
+            env["TRITON_INTERPRET"] = "1"
+        proc = subprocess.Popen([python, "-m", "specsample.worker", str(job)], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)  # fmt: skip
+        events: queue.Queue = queue.Queue()
+        stderr_tail: list[str] = []
+        readers = [threading.Thread(target=_read_events, args=(proc.stdout, events), daemon=True),
+                   threading.Thread(target=_read_stderr, args=(proc.stderr, stderr_tail), daemon=True)]  # fmt: skip
+        for t in readers:
+            t.start()
+        done: set[str] = set()
+        current_key, current_subject = None, None
+        crash = None
+        while True:
+            try:
+                event = events.get(timeout=options.stall_s)
+            except queue.Empty:
+                _kill(proc)
+                crash = (current_key or units[0].key, current_subject,
+                         f"hung: no progress for {options.stall_s:.0f} s")  # fmt: skip
+                break
+            if event is None:  # stdout closed: the worker ended
+                break
+            kind = event.get("event")
+            if kind == "phase":
+                current_key, current_subject = event["key"], event["subject"]
+            elif kind == "provenance":
+                outcome.provenance[event["subject"]] = event["provenance"]
+            elif kind == "done":
+                outcome.records[event["key"]].update(event["records"])
+                done.add(event["key"])
+                finished = sum(1 for r in outcome.records.values() if r) if total else 0
+                unit = next(u for u in units if u.key == event["key"])
+                log(f"[{finished}/{total}] {_label(unit.point)}  {_summary(event['records'])}")
+                current_key, current_subject = None, None
+            elif kind == "crash":
+                crash = (event["key"], event.get("subject"), event["reason"])
+        code = proc.wait()
+        for t in readers:
+            t.join(timeout=5)
+        if crash is None and code != 0 and len(done) < len(units):
+            why = _exit_reason(code)
+            tail = next((line for line in reversed(stderr_tail) if line.strip()), "")
+            crash = (current_key or next(u.key for u in units if u.key not in done), current_subject,
+                     f"{why}: {tail}" if tail else why)  # fmt: skip
+        return done, crash
+
+
+def _read_events(stream, events: queue.Queue) -> None:
+    for line in stream:
+        if line.startswith(PROTOCOL):
+            try:
+                events.put(json.loads(line[len(PROTOCOL):]))
+            except ValueError:
+                continue
+        else:
+            sys.stderr.write(line)
+    events.put(None)
+
+
+def _read_stderr(stream, tail: list[str], keep: int = 40) -> None:
+    for line in stream:
+        sys.stderr.write(line)
+        tail.append(line.rstrip())
+        del tail[:-keep]
+
+
+def _kill(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        proc.kill()
+
+
+def _exit_reason(code: int) -> str:
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exited with code {code}"
+
+
+def _label(point: dict) -> str:
+    from .schema import SYMBOLS
+
+    return " ".join(f"{SYMBOLS.get(k, '')}={v}" if k in SYMBOLS and k != "placeholder_pattern" else str(v)
+                    for k, v in point.items())  # fmt: skip
+
+
+def _summary(records: dict[str, dict]) -> str:
+    parts = []
+    for subject, r in records.items():
+        if r["status"] == "ok" and "median" in r:
+            sem = f", {r['semantics']}" if r.get("semantics") else ""
+            parts.append(f"{subject} {r['median'] * 1e6:.1f} us{sem}")
+        elif r["status"] == "ok":
+            parts.append(f"{subject} ok")
+        else:
+            parts.append(f"{subject} {r['status']}")
+    return "; ".join(parts)
+
+
+# ---------------------------------------------------------------------------------------------
+# Child side
+# ---------------------------------------------------------------------------------------------
+
+
+def _emit(event: dict) -> None:
+    sys.stdout.write(PROTOCOL + json.dumps(event, default=str) + "\n")
+    sys.stdout.flush()
+
+
+def _timing_record(t) -> dict:
+    return {
+        "samples": list(t.samples),
+        "median": t.median,
+        "method": t.method,
+        "l2": t.l2,
+        "calls_per_sample": t.calls_per_sample,
+        "input_copies": t.input_copies,
+        "capture_error": t.extra.get("capture_error"),
+    }
+
+
+def _measure_unit(unit: Unit, options: JobOptions, on_phase) -> dict[str, dict]:
+    from . import measure
+    from .timing import TimingConfig
+    from .workloads import workload_of
+
+    w = workload_of(unit.point)
+    config = TimingConfig(l2=options.l2, calls_per_sample=options.calls_per_sample, num_samples=options.num_samples)
+    if unit.kind == "stages":
+        return _measure_stages(unit, w, config, options, on_phase)
+    results = measure.measure_point(unit.subjects, w, config, device=options.device, check=options.check,
+                                    host=options.host, on_phase=on_phase, labels=unit.labels)  # fmt: skip
+    records = {}
+    for subject, r in results.items():
+        if r.status == "ok":
+            record = {"status": "ok", **_timing_record(r.timing), "bytes": r.timing.extra["bytes_required"]}
+            record.update(semantics=r.semantics, semantics_detail=r.semantics_detail)
+        else:
+            record = {"status": r.status, "reason": r.reason}
+        records[subject] = record
+    return records
+
+
+def _measure_stages(unit, w, config, options, on_phase) -> dict[str, dict]:
+    from . import measure, subjects
+
+    records, ready = {}, []
+    for name in unit.subjects:
+        try:
+            subject = subjects.get(name)
+            reason = subject.unsupported(w) or (None if subject.pipeline else f"{name} is one call (no per-kernel pipeline)")
+        except (subjects.SubjectError, ValueError) as exc:
+            records[name] = {"status": "failed", "reason": str(exc)}
+            continue
+        if reason:
+            records[name] = {"status": "skipped", "reason": reason}
+        else:
+            ready.append(name)
+    if ready:
+        timings = measure.measure_stages(ready, w, config, device=options.device, on_phase=on_phase)
+        for name in ready:
+            stages = {stage: {"median": t.median, "samples": list(t.samples)}
+                      for (subject, stage), t in timings.items() if subject == name}  # fmt: skip
+            records[name] = {"status": "ok", "stages": stages}
+    return records
+
+
+def _provenance_of(name: str) -> dict:
+    from . import subjects
+
+    try:
+        return dict(subjects.get(name).provenance)
+    except Exception as exc:  # noqa: BLE001 - provenance of a subject that fails to load
+        return {"error": str(exc)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    job = json.loads(Path(argv[0]).read_text())
+    options = JobOptions(**job["options"])
+    units = [Unit(u["key"], u["point"], tuple(u["subjects"]), u["kind"], tuple(u["labels"]) if u["labels"] else None)
+             for u in job["units"]]  # fmt: skip
+    from .timing import describe
+
+    seen: set[str] = set()
+    for unit in units:
+        state = {"subject": None}
+
+        def on_phase(subject: str, phase: str, unit=unit, state=state) -> None:
+            if subject != state["subject"] or phase != "sample":
+                _emit({"event": "phase", "key": unit.key, "subject": subject, "phase": phase})
+            state["subject"] = subject
+
+        for name in unit.subjects:
+            if name not in seen:
+                seen.add(name)
+                _emit({"event": "provenance", "subject": name, "provenance": _provenance_of(name)})
+        try:
+            records = _measure_unit(unit, options, on_phase)
+        except Exception as exc:  # noqa: BLE001 - a lost CUDA context, or inputs that cannot be built
+            if state["subject"] is None and not _context_lost(options.device):
+                # Nothing of a subject's ran yet (e.g. the inputs do not fit): every subject failed.
+                records = {name: {"status": "failed", "reason": describe(exc)} for name in unit.names}
+            else:
+                _emit({"event": "crash", "key": unit.key, "subject": state["subject"], "reason": describe(exc)})
+                return CRASH_EXIT
+        _emit({"event": "done", "key": unit.key, "records": records})
+    return 0
+
+
+def _context_lost(device: str) -> bool:
+    if device != "cuda":
+        return False
+    import torch
+
+    try:
+        torch.cuda.synchronize()
+        return False
+    except Exception:  # noqa: BLE001
+        return True
+
+
+if __name__ == "__main__":
+    sys.exit(main())
