@@ -9,6 +9,7 @@ that asks for any other name gets an error naming it (see :func:`check_names`).
 from __future__ import annotations
 
 import math
+import os
 import types
 
 import triton
@@ -19,11 +20,31 @@ from ..base import SubjectError
 
 NAME = "vllm.triton_utils"
 
+class _InterpretedLibdevice:
+    """libdevice under Triton's interpreter, which cannot call extern functions: the functions
+    vLLM's closures use (``log1p``), evaluated elementwise with numpy on the interpreter's
+    tensors. Any other name is libdevice's own (and fails in the interpreter as it would)."""
+
+    @staticmethod
+    def log1p(x):
+        import numpy as np
+        from triton.runtime.interpreter import TensorHandle
+
+        return tl.core.tensor(TensorHandle(np.log1p(x.handle.data), x.handle.dtype), x.type)
+
+    def __getattr__(self, name):
+        return getattr(libdevice, name)
+
+
+def _libdevice():
+    return _InterpretedLibdevice() if os.environ.get("TRITON_INTERPRET") == "1" else libdevice
+
+
 PROVIDED = {
     "triton": triton,
     "tl": tl,
-    "tldevice": libdevice,
-    "libdevice": libdevice,
+    "tldevice": _libdevice(),
+    "libdevice": _libdevice(),
     "HAS_TRITON": True,
     "LOG2E": 1.0 / math.log(2.0),
     "LOGE2": math.log(2.0),

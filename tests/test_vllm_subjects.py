@@ -1,0 +1,289 @@
+"""vLLM subjects: fetching, the closure, the isolated loader, the adapter and fault isolation.
+
+The trees are built here (tests/vllm_trees.py); the last tests fetch a real release from the
+package index (CI reaches it) and compare it with mrv2 draw for draw under the interpreter.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from batches import emitted
+from vllm_trees import ROOT, make_checkout, make_wheel, tree_files
+
+from specsample import semantics, subjects, worker
+from specsample.schema import parse_subject
+from specsample.subjects.vllm import store
+from specsample.subjects.vllm.closure import closure
+from specsample.workloads import Workload, make_inputs
+
+W = Workload(num_reqs=3, num_speculative_steps=3, vocab_size=300, placeholder_density=0.0, seed=3)
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPECSAMPLE_CACHE", str(tmp_path / "cache"))
+    subjects._resolve.cache_clear()
+    yield tmp_path / "cache"
+    subjects._resolve.cache_clear()
+
+
+def _fetch(tmp_path, version, **knobs):
+    return store.extract_wheel(make_wheel(tmp_path, version, **knobs))
+
+
+# ---- closure and cache -------------------------------------------------------------------------
+
+
+def test_closure_follows_imports_and_leaves_packages_and_the_shim_out():
+    files = tree_files()
+    found = closure(files.get)
+    assert sorted(found.files) == sorted([ROOT, "vllm/v1/worker/gpu/sample/helper.py"])
+    assert found.shim_names == {"tl", "triton"} and not found.missing
+
+
+def test_closure_records_a_module_that_is_not_there():
+    found = closure(tree_files(misbehave="missing-module").get)
+    assert found.missing == {"vllm.v1.worker.gpu.sample.not_there"}
+
+
+def test_fetch_from_a_wheel_keeps_only_the_closure_with_hashes(tmp_path, cache):
+    entry = _fetch(tmp_path, "9.1.0")
+    assert entry.files == sorted([ROOT, "vllm/v1/worker/gpu/sample/helper.py"])
+    manifest = json.loads((cache / "vllm" / "releases" / "9.1.0" / "manifest.json").read_text())
+    assert manifest["release"] == "9.1.0" and manifest["wheel"] == "vllm-9.1.0-py3-none-any.whl"
+    assert set(manifest["files"]) == set(entry.files) and all(len(h) == 64 for h in manifest["files"].values())
+    assert not (cache / "vllm" / "releases" / "9.1.0" / "files" / "vllm" / "__init__.py").exists()
+    assert store.cached_releases() == ["9.1.0"]
+
+
+def test_a_release_without_the_mrv2_sampler_is_refused(tmp_path, cache):
+    files = {k: v for k, v in tree_files().items() if k != ROOT}
+    with pytest.raises(subjects.SubjectError, match="has no Model Runner V2 rejection sampler.*from 0.22.0 on"):
+        store.extract_wheel(make_wheel(tmp_path, "0.21.0", files=files))
+
+
+def test_a_corrupt_wheel_is_refused(tmp_path, cache):
+    bad = tmp_path / "vllm-9.2.0-py3-none-any.whl"
+    bad.write_bytes(b"not a zip")
+    with pytest.raises(subjects.SubjectError, match="not a readable wheel"):
+        store.extract_wheel(bad)
+
+
+def test_a_corrupt_cache_entry_is_refused(tmp_path, cache):
+    entry = _fetch(tmp_path, "9.3.0")
+    (entry.root / ROOT).write_text("# edited\n")
+    with pytest.raises(subjects.SubjectError, match="corrupt cache entry.*does not match its manifest hash"):
+        subjects.get("vllm==9.3.0")
+    (entry.root / ROOT).unlink()
+    with pytest.raises(subjects.SubjectError, match="corrupt cache entry.*is missing"):
+        subjects.get("vllm==9.3.0")
+
+
+def test_a_release_not_in_the_cache_says_how_to_fetch_it(cache):
+    with pytest.raises(subjects.SubjectError, match=r"vllm==9\.9\.9 is not in the cache.*specsample vllm fetch 9\.9\.9"):
+        subjects.get("vllm==9.9.9")
+
+
+# ---- loading -----------------------------------------------------------------------------------
+
+
+def test_a_loaded_release_runs_and_matches_its_reference(tmp_path, cache, device):
+    _fetch(tmp_path, "9.4.0")
+    subject = subjects.get("vllm==9.4.0")
+    assert subject.provenance["release"] == "9.4.0" and set(subject.provenance["files"]) == {ROOT, "vllm/v1/worker/gpu/sample/helper.py"}
+    assert subject.provenance["ignored_arguments"] == ["watermark_key"]  # a newer argument, left at its default
+    assert "vllm" not in sys.modules and not any(k.startswith("vllm.") for k in sys.modules)
+    inputs = make_inputs(W, device=device)
+    out = subject.run(W, device, inputs)
+    assert semantics.classify(inputs, out, subjects.get("mrv2").run(W, device, inputs)).semantics == "same draws"
+
+
+def test_two_releases_live_in_one_process(tmp_path, cache):
+    _fetch(tmp_path, "9.5.0", marker=1)
+    _fetch(tmp_path, "9.6.0", marker=2)
+    first, second = subjects.get("vllm==9.5.0"), subjects.get("vllm==9.6.0")
+    markers = []
+    for s in (first, second, first):
+        call = s.prepare(W, "cpu")
+        markers.append(call.call.fn.func.__globals__["MARKER"])
+    assert markers == [1, 2, 1]
+
+
+def test_a_module_that_raises_on_import_is_a_clear_error(tmp_path, cache):
+    _fetch(tmp_path, "9.7.0", misbehave="raise-on-import")
+    with pytest.raises(subjects.SubjectError, match=r"vllm==9\.7\.0: importing .*rejection_sampler_utils failed in "
+                       r"vllm/v1/worker/gpu/spec_decode/rejection_sampler_utils.py line \d+: RuntimeError: this release"):
+        subjects.get("vllm==9.7.0")
+
+
+def test_a_missing_module_names_the_module_and_the_subject(tmp_path, cache):
+    _fetch(tmp_path, "9.8.0", misbehave="missing-module")
+    with pytest.raises(subjects.SubjectError,
+                       match=r"vllm==9\.8\.0: vllm.v1.worker.gpu.sample.not_there is not in its extracted closure"):
+        subjects.get("vllm==9.8.0")
+
+
+def test_a_name_the_shim_does_not_provide_is_a_clear_error(tmp_path, cache):
+    _fetch(tmp_path, "9.9.1", misbehave="bad-shim")
+    with pytest.raises(subjects.SubjectError, match=r"vllm==9\.9\.1: its Triton files import gluon from vllm.triton_utils, which specsample does not provide"):
+        subjects.get("vllm==9.9.1")
+
+
+# ---- the adapter -------------------------------------------------------------------------------
+
+
+def test_an_older_signature_skips_block_mode_with_a_reason(tmp_path, cache):
+    _fetch(tmp_path, "9.10.0", signature="no-block")
+    subject = subjects.get("vllm==9.10.0")
+    block = Workload(num_reqs=2, num_speculative_steps=2, vocab_size=300, mode="block")
+    assert "supports modes ('greedy', 'standard', 'synthetic'), not 'block'" in subject.unsupported(block)
+    with pytest.raises(subjects.NotSupported):
+        subject.prepare(block, "cpu")
+    assert subject.unsupported(W) is None
+    subject.run(W, "cpu")
+
+
+def test_a_signature_that_cannot_be_adapted_is_refused(tmp_path, cache):
+    _fetch(tmp_path, "9.11.0", signature="unfillable")
+    with pytest.raises(subjects.SubjectError, match="requires contexts, which specsample cannot fill"):
+        subjects.get("vllm==9.11.0")
+
+
+def test_draft_logits_run_at_temperature_one_only():
+    from specsample.subjects.vllm.adapter import adapt
+
+    def rejection_sample(target_logits, draft_logits, draft_sampled, cu_num_logits, pos, idx_mapping,
+                         expanded_idx_mapping, expanded_local_pos, temperature, seed, num_speculative_steps):
+        pass
+
+    caps = adapt(rejection_sample, "vllm==x").capabilities
+    assert caps.modes == ("greedy", "standard") and not caps.tempered_draft_logits
+    s = subjects.Subject("vllm==x", "", caps, lambda inputs: None)
+    assert "T = 1 only" in s.unsupported(Workload(temperature=0.7))
+    assert s.unsupported(Workload(temperature=0.7, draft="one-hot")) is None
+
+
+# ---- a checkout's refs ---------------------------------------------------------------------------
+
+
+def test_refs_of_a_checkout_are_subjects(tmp_path, cache, monkeypatch):
+    repo, (old, new) = make_checkout(tmp_path / "vllm-src", [tree_files(marker=1), tree_files(marker=2)])
+    monkeypatch.setenv("SPECSAMPLE_VLLM_REPO", str(repo))
+    a, b = subjects.get(f"vllm@{old[:10]}"), subjects.get("vllm@main")
+    assert a.provenance["commit"] == old and b.provenance["commit"] == new
+    assert a.prepare(W, "cpu").call.fn.func.__globals__["MARKER"] == 1
+    assert b.prepare(W, "cpu").call.fn.func.__globals__["MARKER"] == 2
+    with pytest.raises(subjects.SubjectError, match="no ref 'nope' in the vLLM checkout"):
+        subjects.get("vllm@nope")
+
+
+def test_a_ref_without_a_checkout_says_so(cache, monkeypatch):
+    monkeypatch.delenv("SPECSAMPLE_VLLM_REPO", raising=False)
+    with pytest.raises(subjects.SubjectError, match=r"no vLLM checkout given \(--vllm-repo PATH or \$SPECSAMPLE_VLLM_REPO\)"):
+        subjects.get("vllm@main")
+
+
+# ---- fault isolation ---------------------------------------------------------------------------
+
+
+def _units(phis=(0.0, 0.5, 0.0)):
+    points = [dict(mode="standard", draft="logits", num_reqs=2, num_speculative_steps=2, vocab_size=300,
+                   placeholder_density=phi, placeholder_pattern="trailing") for phi in phis]  # fmt: skip
+    return [worker.Unit(f"u/{i}", p, ("mrv2", "vllm==9.12.0")) for i, p in enumerate(points)]
+
+
+OPTIONS = worker.JobOptions(device="cpu", host=True, num_samples=2, calls_per_sample=1, stall_s=120)
+
+
+def test_a_subject_that_kills_its_process_costs_only_its_own_points(tmp_path, cache):
+    _fetch(tmp_path, "9.12.0", misbehave="exit")
+    outcome = worker.run_units(_units(), OPTIONS, log=lambda line: None)
+    records = outcome.records
+    assert records["u/0"]["vllm==9.12.0"]["status"] == "ok" and records["u/2"]["vllm==9.12.0"]["status"] == "ok"
+    crashed = records["u/1"]["vllm==9.12.0"]
+    assert crashed["status"] == "crashed" and "exited with code 42" in crashed["reason"]
+    assert all(records[k]["mrv2"]["status"] == "ok" for k in records)  # nobody else's points lost
+    assert outcome.workers == 2 and [c[:2] for c in outcome.crashes] == [("u/1", "vllm==9.12.0")]
+    assert outcome.provenance["vllm==9.12.0"]["release"] == "9.12.0"
+
+
+def test_a_subject_that_crashes_twice_is_not_run_again(tmp_path, cache):
+    _fetch(tmp_path, "9.12.0", misbehave="exit")
+    outcome = worker.run_units(_units((0.5, 0.5, 0.5, 0.0)), OPTIONS, log=lambda line: None)
+    statuses = [outcome.records[f"u/{i}"]["vllm==9.12.0"]["status"] for i in range(4)]
+    assert statuses == ["crashed", "crashed", "crashed", "crashed"]
+    assert "not run: crashed 2 times" in outcome.records["u/2"]["vllm==9.12.0"]["reason"]
+    assert outcome.workers == 3  # two crashes, then one worker for the rest
+    assert all(outcome.records[f"u/{i}"]["mrv2"]["status"] == "ok" for i in range(4))
+
+
+def test_a_subject_that_hangs_is_recorded_as_hung(tmp_path, cache):
+    _fetch(tmp_path, "9.12.0", misbehave="hang")
+    # the stall limit must cover the worker's own start (torch import) and the interpreter's run
+    options = worker.JobOptions(device="cpu", host=True, num_samples=1, calls_per_sample=1, stall_s=25)
+    outcome = worker.run_units(_units((0.5, 0.0)), options, log=lambda line: None)
+    assert outcome.records["u/0"]["vllm==9.12.0"] == {"status": "crashed", "reason": "hung: no progress for 25 s"}
+    assert outcome.records["u/1"]["vllm==9.12.0"]["status"] == "ok"
+
+
+# ---- a real release from the package index ---------------------------------------------------
+
+REAL = "0.28.0"  # the first release with PR #50939; mrv2 reproduces its draws
+
+
+@pytest.fixture(scope="session")
+def real_release(tmp_path_factory):
+    """vllm==0.28.0 fetched once per test session (pip download; about 330 MB, seconds on a good
+    link); skipped only when the package index cannot be reached."""
+    cache = tmp_path_factory.mktemp("vllm-cache")
+    env = dict(os.environ, SPECSAMPLE_CACHE=str(cache))
+    probe = subprocess.run([sys.executable, "-m", "pip", "index", "versions", "vllm"], capture_output=True, text=True,
+                           env=env, timeout=120)  # fmt: skip
+    if probe.returncode != 0 or REAL not in probe.stdout:
+        pytest.skip(f"the package index cannot be reached (pip index versions vllm: {probe.stderr.strip()[-200:]})")
+    old = os.environ.get("SPECSAMPLE_CACHE")
+    os.environ["SPECSAMPLE_CACHE"] = str(cache)
+    try:
+        store.fetch_release(REAL)
+        yield cache
+    finally:
+        if old is None:
+            del os.environ["SPECSAMPLE_CACHE"]
+        else:
+            os.environ["SPECSAMPLE_CACHE"] = old
+
+
+@pytest.mark.parametrize("mode", ["greedy", "standard", "block"])
+@pytest.mark.parametrize("draft", ["logits", "one-hot"])
+def test_a_real_release_draws_what_mrv2_draws(real_release, monkeypatch, device, mode, draft):
+    monkeypatch.setenv("SPECSAMPLE_CACHE", str(real_release))
+    subjects._resolve.cache_clear()
+    subject = subjects.get(f"vllm=={REAL}")
+    assert parse_subject(subject.name).version == REAL and subject.provenance["release"] == REAL
+    w = Workload(num_reqs=4, num_speculative_steps=3, vocab_size=1000, mode=mode, draft=draft,
+                 placeholder_density=0.4, placeholder_pattern="random", seed=11)  # fmt: skip
+    inputs = make_inputs(w, device=device)
+    ours = subjects.get("mrv2").run(w, device, inputs)
+    theirs = subject.run(w, device, inputs)
+    assert emitted(*theirs) == emitted(*ours)
+    assert semantics.classify(inputs, theirs, ours).semantics == "same draws"
+
+
+def test_an_unknown_release_is_a_clear_error(real_release):
+    with pytest.raises(subjects.SubjectError, match=r"vllm==0\.0\.999: no such release on the package index"):
+        store.fetch_release("0.0.999")
+
+
+def test_specsample_vllm_fetch_exits_2_on_an_unknown_release(real_release, tmp_path):
+    env = dict(os.environ, SPECSAMPLE_CACHE=str(tmp_path / "c"))
+    proc = subprocess.run([sys.executable, "-m", "specsample", "vllm", "fetch", "0.0.999"], capture_output=True,
+                          text=True, env=env, timeout=300)  # fmt: skip
+    assert proc.returncode == 2 and "no such release on the package index" in proc.stderr
+    assert not (tmp_path / "c" / "vllm" / "releases" / "0.0.999").exists()

@@ -1,0 +1,122 @@
+"""vLLM-shaped trees that the tests build themselves (no vLLM source is in this repository).
+
+:func:`make_wheel` writes a wheel-shaped zip (``vllm-<version>-py3-none-any.whl``) whose
+``vllm/v1/worker/gpu/spec_decode/rejection_sampler_utils.py`` is generated here: a launcher
+with the MRV2 signature (or an older or broken one) that computes its result with specsample's
+own PyTorch reference, plus a small Triton kernel in a helper module, so the loader's Triton
+path (source read back by ``triton.jit``, the ``vllm.triton_utils`` shim) is exercised too.
+Knobs make a tree misbehave in the ways a real release can: a module that raises on import, a
+missing module, an older signature, a launcher that kills its process or hangs.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import textwrap
+import zipfile
+from pathlib import Path
+
+ROOT = "vllm/v1/worker/gpu/spec_decode/rejection_sampler_utils.py"
+HELPER = "vllm/v1/worker/gpu/sample/helper.py"
+
+_HELPER_SOURCE = '''
+from vllm.triton_utils import tl, triton
+
+
+@triton.jit
+def _copy_kernel(src_ptr, dst_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(dst_ptr + offs, tl.load(src_ptr + offs, mask=offs < n), mask=offs < n)
+
+
+def copy(src, dst):
+    _copy_kernel[(triton.cdiv(src.numel(), 64),)](src, dst, src.numel(), BLOCK=64)
+    return dst
+'''
+
+_SIGNATURES = {
+    # the MRV2 launcher's arguments after PR #50939, plus a newer one with a default
+    "current": "use_fp64=False, use_block_verification=False, watermark_key=None",
+    # before block verification (vLLM 0.22.0 to 0.24.0)
+    "no-block": "use_fp64=False",
+    # an argument specsample cannot fill
+    "unfillable": "use_fp64=False, use_block_verification=False, *, contexts",
+}
+
+
+def launcher_source(signature: str = "current", *, misbehave: str = "", marker: int = 0) -> str:
+    """The generated rejection_sampler_utils.py. ``misbehave``: "" (correct), "exit" (the
+    process dies when any draft is -1), "hang" (sleeps forever when any draft is -1),
+    "raise-on-import", "missing-module" (imports a vllm module the tree lacks), "bad-shim" (takes
+    a name the shim does not provide). ``marker`` is returned in ``MARKER``, to tell two loaded
+    versions apart."""
+    imports = ["import os", "import time", "import torch", "from vllm.triton_utils import tl, triton",
+               "from vllm.v1.worker.gpu.sample.helper import copy"]  # fmt: skip
+    if misbehave == "missing-module":
+        imports.append("from vllm.v1.worker.gpu.sample.not_there import nothing")
+    if misbehave == "bad-shim":
+        imports.append("from vllm.triton_utils import gluon")
+    body = f'''
+MARKER = {marker}
+if {misbehave == "raise-on-import"!r}:
+    raise RuntimeError("this release cannot be imported")
+
+
+def rejection_sample(target_logits, draft_logits, draft_sampled, cu_num_logits, pos, idx_mapping,
+                     expanded_idx_mapping, expanded_local_pos, temperature, seed, num_speculative_steps,
+                     synthetic_conditional_rates=None, {_SIGNATURES[signature]}):
+    from specsample.reference import rejection_sample as reference
+
+    if bool((draft_sampled < 0).any()):
+        if {misbehave == "exit"!r}:
+            os._exit(42)
+        if {misbehave == "hang"!r}:
+            time.sleep(3600)
+    kwargs = dict(synthetic_conditional_rates=synthetic_conditional_rates, use_fp64=use_fp64)
+    if {signature != "no-block"!r}:
+        kwargs["use_block_verification"] = use_block_verification
+    sampled, num_sampled = reference(target_logits, draft_logits, draft_sampled, cu_num_logits, pos,
+                                     idx_mapping, expanded_idx_mapping, expanded_local_pos, temperature,
+                                     seed, num_speculative_steps, **kwargs)
+    return copy(sampled.contiguous(), torch.empty_like(sampled)), num_sampled
+'''
+    return "\n".join(imports) + "\n" + textwrap.dedent(body)
+
+
+def tree_files(signature: str = "current", *, misbehave: str = "", marker: int = 0) -> dict[str, str]:
+    """The tree as {path: text}; its package __init__ files raise, so loading must not run them."""
+    return {
+        "vllm/__init__.py": "raise RuntimeError('vllm/__init__.py must not run: it imports all of vLLM')\n",
+        "vllm/v1/__init__.py": "raise RuntimeError('package __init__ ran')\n",
+        "vllm/triton_utils/__init__.py": "raise RuntimeError('the real vllm.triton_utils must not load')\n",
+        "vllm/unrelated/big.py": "raise RuntimeError('not in the closure')\n",
+        HELPER: _HELPER_SOURCE,
+        ROOT: launcher_source(signature, misbehave=misbehave, marker=marker),
+    }
+
+
+def make_wheel(directory: Path, version: str, files: dict[str, str] | None = None, **knobs) -> Path:
+    """A wheel-shaped zip of a generated tree (see :func:`tree_files`)."""
+    path = Path(directory) / f"vllm-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w") as archive:
+        for name, text in (files if files is not None else tree_files(**knobs)).items():
+            archive.writestr(name, text)
+    return path
+
+
+def make_checkout(directory: Path, commits: list[dict[str, str]]) -> tuple[Path, list[str]]:
+    """A git repository with one commit per tree in ``commits``; returns it and the hashes."""
+    repo = Path(directory)
+    repo.mkdir(parents=True, exist_ok=True)
+    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@example.invalid", "-c", "commit.gpgsign=false"]
+    subprocess.run([*git, "init", "-q", "-b", "main"], check=True)
+    shas = []
+    for files in commits:
+        for name, text in files.items():
+            out = repo / name
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_text(text)
+        subprocess.run([*git, "add", "-A"], check=True)
+        subprocess.run([*git, "commit", "-q", "-m", f"tree {len(shas)}"], check=True)
+        shas.append(subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip())
+    return repo, shas
