@@ -148,14 +148,18 @@ def _write_outcomes(sweep: Sweep, units: list[worker.Unit], outcome: worker.Outc
         for subject, record in outcome.records[unit.key].items():
             points.append({"tier": sweep.tier, "sweep": sweep.name, "point": unit.point, "subject": subject,
                            "status": record["status"], "semantics": record.get("semantics"),
-                           "reason": record.get("reason") or record.get("semantics_detail") or None})  # fmt: skip
+                           "reason": record.get("reason") or record.get("semantics_detail") or None,
+                           "gpu": record.get("gpu")})  # fmt: skip
     data = {"subjects": outcome.provenance, "points": points}
     (_run_scratch() / f"{sweep.class_name}.outcomes.json").write_text(json.dumps(data, default=str))
 
 
 def _job_options(sweep: Sweep) -> worker.JobOptions:
+    """How the sweep is measured: NIGHTLY_TIMING, on the GPUs ``specsample bench --gpus`` named
+    ($SPECSAMPLE_GPUS, comma-separated indices; one worker per GPU over a deterministic shard)."""
+    gpus = tuple(g for g in os.environ.get("SPECSAMPLE_GPUS", "").split(",") if g) or None
     return worker.JobOptions(l2=NIGHTLY_TIMING.l2, calls_per_sample=NIGHTLY_TIMING.calls_per_sample,
-                             num_samples=NIGHTLY_TIMING.num_samples)  # fmt: skip
+                             num_samples=NIGHTLY_TIMING.num_samples, gpus=gpus)  # fmt: skip
 
 
 def measure_sweep(sweep: Sweep) -> dict:

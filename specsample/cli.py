@@ -8,6 +8,7 @@ nightly      bench the nightly tier, asv publish, rebuild the dashboards (locked
 backfill     bench past commits, each from its own checkout; or fetch and bench vLLM releases
 dashboard    build dashboards/ from results/ (works without a GPU)
 signoff      compare two commits, two subjects (vLLM releases, refs), or two subjects' results
+signoff-validate  A/A sign-offs and planted slowdowns: the sign-off's detection matrix
 vllm         fetch vLLM releases into the cache; list what is cached
 gpuinfo      print what the machine has
 
@@ -70,6 +71,25 @@ def _subject_names(names: list[str]) -> list[str]:
     return names
 
 
+def _set_gpus(args: argparse.Namespace) -> None:
+    """``--gpus all|0,1,...``: measurements shard their points over these GPUs (one worker per
+    GPU, deterministic shards), through $SPECSAMPLE_GPUS, which the asv benchmark processes see."""
+    spec = getattr(args, "gpus", None)
+    if not spec:
+        return
+    import torch
+
+    count = torch.cuda.device_count()
+    if spec == "all":
+        gpus = [str(i) for i in range(count)]
+    else:
+        gpus = [g.strip() for g in spec.split(",") if g.strip()]
+        bad = [g for g in gpus if not g.isdigit() or int(g) >= count]
+        if bad or not gpus:
+            raise UsageError(f"--gpus: expected 'all' or indices below {count} (GPUs here), got {spec!r}")
+    os.environ["SPECSAMPLE_GPUS"] = ",".join(gpus)
+
+
 def _set_vllm_repo(args: argparse.Namespace) -> None:
     repo = getattr(args, "vllm_repo", None)
     if repo:
@@ -86,7 +106,7 @@ def _resolve_subjects(names: list[str]) -> None:
     for name in names:
         try:
             subjects.get(name)
-        except (subjects.SubjectError, ValueError) as exc:
+        except (subjects.SubjectError, subjects.NotSupported, ValueError) as exc:
             raise UsageError(str(exc)) from None
 
 
@@ -172,6 +192,7 @@ def _fetch_tier_releases(tier: str) -> None:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
+    _set_gpus(args)
     from .track.asv_runs import RunError, run_lock, run_tier, worktree
 
     _set_vllm_repo(args)
@@ -197,6 +218,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def cmd_backfill(args: argparse.Namespace) -> int:
+    _set_gpus(args)
     from .track.asv_runs import RunError, backfill, run_lock, run_tier
 
     _set_vllm_repo(args)
@@ -237,6 +259,7 @@ def cmd_backfill(args: argparse.Namespace) -> int:
 
 
 def cmd_nightly(args: argparse.Namespace) -> int:
+    _set_gpus(args)
     from .track.asv_runs import RunError, publish, run_lock, run_tier
 
     _set_vllm_repo(args)
@@ -294,32 +317,44 @@ def cmd_signoff(args: argparse.Namespace) -> int:
     if not (args.base and args.head):
         raise UsageError("specsample signoff: give BASE HEAD (commits, or subjects such as vllm==0.32.0 "
                          "vllm==0.33.0), or --variants BASE HEAD")  # fmt: skip
+    tier = args.tier or "quick"
     min_effect = signoff.PAIRED_MIN_EFFECT if args.min_effect is None else args.min_effect
     min_abs = signoff.PAIRED_MIN_ABS_SECONDS if args.min_abs_us is None else args.min_abs_us * 1e-6
-    common = dict(tier=args.tier, sweeps=args.sweep, samples=args.samples, alpha=args.alpha, min_effect=min_effect,
-                  min_abs_seconds=min_abs, log=lambda line: print(line, flush=True))  # fmt: skip
-    if _is_subject(args.base) or _is_subject(args.head):
-        base, head = (_as_ref_subject(x, args.vllm_repo) for x in (args.base, args.head))
-        _subject_names([base, head])
-        _require_gpu("specsample signoff")
-        _resolve_subjects([base, head])
-        result = signoff.paired.signoff_subjects(base, head, machine=_machine(args), **common)
-    elif args.vllm_repo:
-        base, head = f"vllm@{args.base}", f"vllm@{args.head}"
-        _require_gpu("specsample signoff")
-        _resolve_subjects([base, head])
-        result = signoff.paired.signoff_subjects(base, head, machine=_machine(args), **common)
-    else:
-        _require_gpu("specsample signoff")
-        try:
-            result = signoff.paired.signoff_commits(_repo_root(), args.base, args.head, machine=_machine(args),
-                                                    **common)  # fmt: skip
-        except ValueError as exc:
-            raise UsageError(f"specsample signoff: {exc}") from None
+    common = dict(tier=tier, sweeps=args.sweep, samples=args.samples, alpha=args.alpha, min_effect=min_effect,
+                  min_abs_seconds=min_abs, allow_missing=args.allow_missing,
+                  log=lambda line: print(line, flush=True))  # fmt: skip
+    try:
+        # Every name is resolved first, so an unknown commit or subject is exit 2 before any
+        # measurement (and on a machine without a GPU too).
+        if _is_subject(args.base) or _is_subject(args.head) or args.vllm_repo:
+            if args.subject:
+                raise UsageError("specsample signoff: --subject selects our subjects of two commits; with "
+                                 "subjects as BASE HEAD the points are those of the tier's mrv2")  # fmt: skip
+            base, head = (_as_ref_subject(x, args.vllm_repo) for x in (args.base, args.head))
+            for name in (base, head):
+                signoff.paired.check_subject(name)
+            where = _signoff_device(args, tier)
+            result = signoff.signoff_subjects(base, head, **where, **common)
+        else:
+            repo = _repo_root()
+            for rev in (args.base, args.head):
+                signoff.paired.resolve_rev(repo, rev)
+            where = _signoff_device(args, tier)
+            result = signoff.signoff_commits(repo, args.base, args.head, subjects=args.subject, **where, **common)
+    except signoff.SignoffError as exc:
+        raise UsageError(f"specsample signoff: {exc}") from None
     print(result.report)
     if args.report:
         Path(args.report).write_text(result.report)
     return result.exit_code
+
+
+def _signoff_device(args: argparse.Namespace, tier: str) -> dict:
+    """Where a paired sign-off measures: the GPU; or, for the smoke tier on a machine without
+    one, CPU tensors under the Triton interpreter with a host timer (checks the flow only)."""
+    if _tier_needs(tier, "specsample signoff"):
+        return dict(device="cpu", host=True, l2="warm", environment={}, machine=args.machine or "cpu-interpreter")
+    return dict(machine=_machine(args))
 
 
 def _is_subject(text: str) -> bool:
@@ -337,40 +372,101 @@ def _as_ref_subject(text: str, vllm_repo: str | None) -> str:
 
 
 def _signoff_results(args: argparse.Namespace) -> int:
+    """``signoff --variants BASE HEAD``: two subjects' committed asv results at one commit (the
+    newest with both, or ``--commit``), judged at asv's threshold."""
     from .track import signoff
     from .track.results import load_results, machine_environment
 
     results = Path(args.results)
     if not results.is_dir():
         raise UsageError(f"specsample signoff: no results directory {results}")
+    base, head = args.variants
     df, _ = load_results(results)
-    base, head = _subject_names(list(args.variants))
     df = df[df["metric"] == "time_sample"]
+    where = f"{results}"
+    if args.tier:
+        df = df[df["tier"] == args.tier]
+        where += f", tier {args.tier}"
+    if args.sweep:
+        known_sweeps = sorted(set(df["sweep"].dropna()))
+        unknown = [s for s in args.sweep if s.lower() not in {k.lower() for k in known_sweeps}]
+        if unknown:
+            raise UsageError(f"specsample signoff: no time_sample results of sweep {', '.join(unknown)} in {where}; "
+                             f"sweeps there: {', '.join(known_sweeps) or 'none'}")  # fmt: skip
+        df = df[df["sweep"].str.lower().isin({s.lower() for s in args.sweep})]
+        where += f", sweeps {', '.join(args.sweep)}"
     known = sorted(set(df["subject"].dropna()), key=str)
     unknown = [s for s in (base, head) if s not in known]
     if unknown:
-        raise UsageError(f"specsample signoff: no time_sample results for {', '.join(unknown)} in {results}; "
-                         f"known: {', '.join(known)}")  # fmt: skip
+        raise UsageError(f"specsample signoff: no time_sample results for {', '.join(unknown)} in {where}; "
+                         f"subjects there: {', '.join(known) or 'none'}")  # fmt: skip
+    commits = df.drop_duplicates("commit").sort_values("date", kind="stable")[["commit", "date"]]
+    listing = "; ".join(f"{c[:8]} ({d:%Y-%m-%d}): {', '.join(sorted(set(df[df['commit'] == c]['subject']), key=str))}"
+                        for c, d in zip(commits["commit"][-10:], commits["date"][-10:]))  # fmt: skip
     if args.commit:
-        df = df[df["commit"].str.startswith(args.commit)]
-        if df.empty:
-            raise UsageError(f"specsample signoff: no results at commit {args.commit!r} in {results}")
+        matches = [c for c in commits["commit"] if c.startswith(args.commit)]
+        if len(matches) != 1:
+            what = "no results" if not matches else f"{len(matches)} commits"
+            raise UsageError(f"specsample signoff: {what} at commit {args.commit!r} in {where}; newest commits "
+                             f"there: {listing}")  # fmt: skip
+        commit, how = matches[0], "given by --commit"
+        lacking = [s for s in (base, head) if s not in set(df[df["commit"] == commit]["subject"])]
+        if lacking:
+            raise UsageError(f"specsample signoff: commit {commit[:8]} has no time_sample results for "
+                             f"{', '.join(lacking)} in {where}; newest commits there: {listing}")  # fmt: skip
     else:
-        both = df.groupby("commit")["subject"].agg(lambda s: {base, head} <= set(s))
-        with_both = set(both[both].index)
-        if not with_both:
-            raise UsageError(f"specsample signoff: no commit has results for both {base} and {head}")
-        newest = df[df["commit"].isin(with_both)].sort_values("date")["commit"].iloc[-1]
-        df = df[df["commit"] == newest]
+        commit, how = signoff.newest_commit_with(df, [base, head]), "the newest with results for both"
+        if commit is None:
+            raise UsageError(f"specsample signoff: no commit has time_sample results for both {base} and {head} "
+                             f"in {where}; newest commits there: {listing}")  # fmt: skip
+    df = df[df["commit"] == commit]
     min_effect = signoff.ASV_MIN_EFFECT if args.min_effect is None else args.min_effect
     min_abs = 0.0 if args.min_abs_us is None else args.min_abs_us * 1e-6
     verdicts = signoff.compare_variants(df, base, head, alpha=args.alpha, min_effect=min_effect,
                                         min_abs_seconds=min_abs)  # fmt: skip
-    report = signoff.report_markdown(verdicts, machine_environment(df), title=f"specsample sign-off: {head} vs {base}")
+    date = df["date"].iloc[0]
+    notes = [f"From the committed asv results in {where}: commit `{commit[:8]}` ({date:%Y-%m-%d %H:%M} UTC), {how}; "
+             f"the two subjects as measured in that run."]  # fmt: skip
+    report = signoff.report_markdown(verdicts, machine_environment(df), allow_missing=args.allow_missing,
+                                     title=f"specsample sign-off: {head} vs {base}", notes=notes)  # fmt: skip
     print(report)
     if args.report:
         Path(args.report).write_text(report)
-    return signoff.exit_code(verdicts)
+    return signoff.exit_code(verdicts, allow_missing=args.allow_missing)
+
+
+def cmd_signoff_validate(args: argparse.Namespace) -> int:
+    from .track.signoff import validate
+
+    if not args.smoke:
+        _require_gpu("specsample signoff-validate")
+    repo = Path(args.repo) if args.repo else _git_toplevel()
+    machine = args.machine or ("cpu-interpreter" if args.smoke and _no_gpu() else _machine(args))
+    opts = validate.options(
+        Path(args.out), repo, smoke=args.smoke, tier=args.tier, sweeps=tuple(args.sweep or ()),
+        subjects=tuple(args.subject or ()), samples=args.samples, aa_runs=args.aa_runs, targets=args.targets,
+        budget=args.budget, machine=machine, alpha=args.alpha, min_effect=args.min_effect,
+        min_abs_seconds=None if args.min_abs_us is None else args.min_abs_us * 1e-6,
+    )  # fmt: skip
+    try:
+        return validate.validate(opts)
+    except validate.ValidationError as exc:
+        raise UsageError(f"specsample signoff-validate: {exc}") from None
+
+
+def _no_gpu() -> bool:
+    from .machine import cuda_unavailable
+
+    return bool(cuda_unavailable())
+
+
+def _git_toplevel() -> Path:
+    import subprocess
+
+    proc = subprocess.run(["git", "rev-parse", "--show-toplevel"], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise UsageError("specsample signoff-validate: run it inside a git checkout of specsample, or give --repo")
+    return Path(proc.stdout.strip())
 
 
 def _rev(rev: str) -> str:
@@ -434,8 +530,14 @@ class _Formatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescription
 
 
 def _add_vllm_repo(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--vllm-repo", metavar="PATH", default=os.environ.get("SPECSAMPLE_VLLM_REPO"),
-                   help="vLLM git checkout whose refs vllm@REF names (default: $SPECSAMPLE_VLLM_REPO)")  # fmt: skip
+    p.add_argument("--vllm-repo", metavar="PATH", default=None,
+                   help="vLLM git checkout whose refs vllm@REF names (without it: $SPECSAMPLE_VLLM_REPO); "
+                        "for signoff, BASE and HEAD are then refs of that checkout")  # fmt: skip
+
+
+def _add_gpus(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--gpus", metavar="all|0,1,...", default=None,
+                   help="shard the points over these GPUs, one worker process each (default: one GPU)")  # fmt: skip
 
 
 def _add_machine(p: argparse.ArgumentParser) -> None:
@@ -474,6 +576,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--rev", help="measure this commit from a worktree instead of the checkout")
     b.add_argument("--no-fetch", action="store_true", help="do not fetch missing vLLM releases first")
     _add_vllm_repo(b)
+    _add_gpus(b)
     b.set_defaults(func=cmd_bench)
 
     f = sub.add_parser("backfill", help="benchmark past commits (each from its own worktree) or vLLM releases",
@@ -482,6 +585,7 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--tier", default="quick", choices=TIERS, help="tier measured at each commit")
     _add_machine(f)
     _add_vllm_repo(f)
+    _add_gpus(f)
     f.set_defaults(func=cmd_backfill)
 
     n = sub.add_parser("nightly", help="bench the nightly tier, asv publish, rebuild dashboards/",
@@ -489,6 +593,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_machine(n)
     n.add_argument("--no-fetch", action="store_true", help="do not fetch missing vLLM releases first")
     _add_vllm_repo(n)
+    _add_gpus(n)
     n.set_defaults(func=cmd_nightly)
 
     d = sub.add_parser("dashboard", help="build dashboards/ from results/ (no GPU needed)", formatter_class=_Formatter)
@@ -496,7 +601,7 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--out", default="dashboards", help="where the site is written")
     d.set_defaults(func=cmd_dashboard)
 
-    s = sub.add_parser("signoff", help="did anything get slower? exit 0 pass, 1 regression, 2 failure",
+    s = sub.add_parser("signoff", help="did anything get slower? exit 0 pass, 1 regression, 2 not verified",
                        formatter_class=_Formatter, description=subjects_help)  # fmt: skip
     s.add_argument("base", nargs="?", help="base: a commit, a subject (vllm==0.32.0), or with --vllm-repo a ref")
     s.add_argument("head", nargs="?", help="head: the same kind as base (head == base: an A/A run)")
@@ -504,18 +609,46 @@ def build_parser() -> argparse.ArgumentParser:
                    help="compare two subjects' committed results instead (newest commit with both)")  # fmt: skip
     s.add_argument("--commit", help="with --variants: this commit's results instead of the newest with both")
     s.add_argument("--results", default="results", help="asv results directory (--variants)")
-    s.add_argument("--tier", default="quick", choices=TIERS, help="the points measured")
+    s.add_argument("--tier", default=None, choices=TIERS,
+                   help="the points measured (default quick; smoke runs on a CPU); with --variants, only this "
+                        "tier's results")  # fmt: skip
     s.add_argument("--sweep", action="append", metavar="NAME", help="only this sweep of the tier, e.g. Density (repeatable)")
+    s.add_argument("--subject", action="append", metavar="NAME",
+                   help="two commits: only this subject of the tier, e.g. mrv2 (repeatable)")  # fmt: skip
     s.add_argument("--samples", type=int, default=30, help="samples per side and point")
     s.add_argument("--alpha", type=float, default=0.002, help="significance level of the Mann-Whitney U test")
     s.add_argument("--min-effect", type=float, default=None,
                    help="smallest relative change that counts (default 0.02 paired, 0.05 for --variants)")  # fmt: skip
     s.add_argument("--min-abs-us", type=float, default=None,
                    help="time points must also change by more than this many us (default 0.5 paired, 0 for --variants)")  # fmt: skip
+    s.add_argument("--allow-missing", action="store_true",
+                   help="pass points measured on one side only (listed in the report) instead of exit 2")  # fmt: skip
     _add_machine(s)
     s.add_argument("--report", help="also write the markdown report here")
     _add_vllm_repo(s)
     s.set_defaults(func=cmd_signoff)
+
+    sv = sub.add_parser("signoff-validate", help="validate the sign-off: A/A runs and planted slowdowns",
+                        formatter_class=_Formatter,
+                        description="Calibrate the planted slowdown, plant it as throw-away commits, sign each "
+                                    "off against head, run A/A sign-offs, and write the detection matrix "
+                                    "(specsample.track.signoff.validate). Exit 0 when it says PASS, else 1.")  # fmt: skip
+    sv.add_argument("--out", default=os.environ.get("OUT") or "validation", help="output folder (default $OUT, else ./validation)")
+    sv.add_argument("--repo", help="the specsample checkout whose HEAD is validated (default: the one around the cwd)")
+    sv.add_argument("--tier", default=None, choices=TIERS, help="default quick (smoke with --smoke)")
+    sv.add_argument("--sweep", action="append", metavar="NAME", help="only this sweep of the tier (repeatable)")
+    sv.add_argument("--subject", "--variant", dest="subject", action="append", metavar="NAME",
+                    help="only this subject of the tier (repeatable)")  # fmt: skip
+    sv.add_argument("--samples", type=int, default=None, help="samples per side and point (default 30; 2 with --smoke)")
+    sv.add_argument("--aa-runs", type=int, default=5, help="A/A sign-offs")
+    sv.add_argument("--targets", type=float, nargs="+", default=None, help="planted slowdowns, as fractions (default 0.03 0.05 0.1)")
+    sv.add_argument("--budget", type=float, default=450.0, help="seconds for the whole validation; runs that would not fit are left out")
+    _add_machine(sv)
+    sv.add_argument("--alpha", type=float, default=0.002, help="significance level of the Mann-Whitney U test")
+    sv.add_argument("--min-effect", type=float, default=None, help="paired min_effect (default 0.02)")
+    sv.add_argument("--min-abs-us", type=float, default=None, help="paired absolute floor in us (default 0.5)")
+    sv.add_argument("--smoke", action="store_true", help="CPU run: Triton interpreter, tiny shapes, host timer (checks the flow)")
+    sv.set_defaults(func=cmd_signoff_validate)
 
     v = sub.add_parser("vllm", help="vLLM releases in the cache ($SPECSAMPLE_CACHE)", formatter_class=_Formatter)
     vsub = v.add_subparsers(dest="vllm_command", required=True, metavar="ACTION")

@@ -50,6 +50,11 @@ def gpu_info(measure_bandwidth: bool = True) -> dict:
     info["uuid"] = str(getattr(props, "uuid", "")) or None
     info["cuda_visible_devices"] = os.environ.get("CUDA_VISIBLE_DEVICES")
     info["clocks"] = _nvidia_smi("clocks.sm,clocks.mem,clocks.max.sm,clocks.max.mem")
+    info["devices"] = [
+        {"index": i, "name": torch.cuda.get_device_properties(i).name,
+         "uuid": str(getattr(torch.cuda.get_device_properties(i), "uuid", "")) or None}
+        for i in range(torch.cuda.device_count())
+    ]  # fmt: skip
     if measure_bandwidth:
         from .timing import copy_bandwidth
 

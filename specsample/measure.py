@@ -133,6 +133,9 @@ def measure_point(
     for label, name in zip(labels, names):
         try:
             subject = subjects.get(name)
+        except subjects.NotSupported as exc:  # e.g. vllm@REF with no checkout configured
+            results[label] = PointResult("skipped", reason=str(exc))
+            continue
         except (subjects.SubjectError, ValueError) as exc:
             results[label] = PointResult("failed", reason=str(exc))
             continue

@@ -22,6 +22,8 @@ Records are plain dicts (JSON): ``status`` ``ok`` (``samples``, ``median``, ``me
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
 import os
 import queue
@@ -66,6 +68,7 @@ class JobOptions:
     host: bool = False  # host wall-clock timer (CPU smoke runs under the interpreter)
     stall_s: float = 600.0  # no progress for this long: the running subject is hung
     max_crashes: int = 2
+    gpus: tuple[str, ...] | None = None  # several: one worker per GPU over a deterministic shard
 
 
 @dataclass
@@ -92,46 +95,104 @@ def run_units(
     log: Callable[[str], None] | None = None,
     python: str = sys.executable,
 ) -> Outcome:
-    """Measure ``units`` in worker processes (see the module docstring)."""
+    """Measure ``units`` in worker processes (see the module docstring).
+
+    With ``options.gpus`` (several GPU indices), one worker at a time runs per GPU, pinned with
+    ``CUDA_VISIBLE_DEVICES``, over a deterministic shard of the units (:func:`shard_of`: a
+    point always lands on the same GPU index, so its history is measured on one physical GPU).
+    A GPU whose workers die before measuring anything (a lost GPU, a driver fault) hands its
+    unfinished units once to the next GPU; after that they are reported as failed.
+    """
     log = log or _default_log
     start = time.monotonic()
     outcome = Outcome(records={u.key: {} for u in units})
+    gpus = tuple(options.gpus or ())
+    if len(gpus) <= 1:
+        _run_shard(list(units), options, outcome, {}, python, log, len(units), gpus[0] if gpus else None)
+    else:
+        _run_sharded(units, options, outcome, python, log, gpus)
+    outcome.seconds = time.monotonic() - start
+    return outcome
+
+
+def shard_of(unit: Unit, gpus: Sequence[str]) -> str:
+    """The GPU a unit runs on: a hash of its point and subjects, so the same point always lands
+    on the same GPU index whatever else the run holds."""
+    digest = hashlib.sha256(json.dumps([unit.point, list(unit.subjects)], sort_keys=True, default=str).encode())
+    return gpus[int.from_bytes(digest.digest()[:8], "big") % len(gpus)]
+
+
+def _run_sharded(units, options, outcome, python, log, gpus) -> None:
+    shards: dict[str, list[Unit]] = {g: [] for g in gpus}
+    for u in units:
+        shards[shard_of(u, gpus)].append(u)
     crash_count: dict[str, int] = {}
-    pending = list(units)
-    total = len(units)
+    lock = threading.Lock()
+    lost: dict[str, list[Unit]] = {}
+
+    def run(gpu: str, shard: list[Unit]) -> None:
+        left = _run_shard(shard, options, outcome, crash_count, python, log, len(units), gpu, lock)
+        if left:
+            lost[gpu] = left
+
+    threads = [threading.Thread(target=run, args=(g, shard)) for g, shard in shards.items() if shard]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for gpu, left in lost.items():  # one retry on the next GPU, then failed
+        other = gpus[(gpus.index(gpu) + 1) % len(gpus)]
+        log(f"[gpu {gpu}] lost; {len(left)} unfinished points retried on gpu {other}")
+        again = _run_shard(left, options, outcome, crash_count, python, log, len(units), other, lock)
+        for u in again:
+            for name in u.names:
+                outcome.records[u.key].setdefault(name, {"status": "failed", "reason": f"gpu {gpu} and gpu {other} lost"})
+
+
+def _run_shard(pending, options, outcome, crash_count, python, log, total, gpu=None, lock=None) -> list[Unit]:
+    """Workers over ``pending`` until every unit is recorded; returns the units left when
+    workers keep dying before measuring anything (the GPU itself is lost), else []."""
+    lock = lock or contextlib.nullcontext()
+    prefix = f"[gpu {gpu}] " if gpu is not None and options.gpus and len(options.gpus) > 1 else ""
+    say = (lambda line: log(prefix + line)) if prefix else log
+    barren = 0
     while pending:
-        pending = [_without_banned(u, outcome, crash_count, options) for u in pending]
+        with lock:
+            pending = [_without_banned(u, outcome, crash_count, options) for u in pending]
         pending = [u for u in pending if u.subjects]
         if not pending:
             break
-        outcome.workers += 1
-        done_keys, crash = _run_worker(pending, options, outcome, python, log, total)
+        with lock:
+            outcome.workers += 1
+        done_keys, crash = _run_worker(pending, options, outcome, python, say, total, gpu, lock)
         pending = [u for u in pending if u.key not in done_keys]
         if crash is None:
-            if pending:  # the worker ended without a crash record and without finishing
-                crash = (pending[0].key, None, "the worker exited before finishing")
-            else:
+            if not pending:
                 break
+            crash = (pending[0].key, None, "the worker exited before finishing")
+        barren = 0 if done_keys or crash[1] is not None else barren + 1
+        if barren >= 2 and gpu is not None and options.gpus and len(options.gpus) > 1:
+            return pending  # two workers in a row died before any unit or phase: the GPU is gone
         key, name, reason = crash
         unit = next(u for u in pending if u.key == key)
-        if name is not None and name not in unit.names:
-            # The crash was in code run for every subject (mrv2's reference output): none of
-            # them could be judged at this point.
-            for n in unit.names:
-                outcome.records[key].setdefault(n, {"status": "failed", "reason": f"{name} crashed: {reason}"})
-            log(f"specsample worker: {name} crashed at {_label(unit.point)}: {reason}")
-            pending = [u for u in pending if u.key != key]
-            continue
-        name = name or unit.names[0]
-        subject = unit.subjects[unit.names.index(name)]
-        outcome.records[key][name] = {"status": "crashed", "reason": reason}
-        outcome.crashes.append((key, subject, reason))
-        crash_count[subject] = crash_count.get(subject, 0) + 1
-        log(f"specsample worker: {name} ({subject}) crashed at {_label(unit.point)}: {reason}")
+        with lock:
+            if name is not None and name not in unit.names:
+                # The crash was in code run for every subject (mrv2's reference output): none of
+                # them could be judged at this point.
+                for n in unit.names:
+                    outcome.records[key].setdefault(n, {"status": "failed", "reason": f"{name} crashed: {reason}"})
+                say(f"specsample worker: {name} crashed at {_label(unit.point)}: {reason}")
+                pending = [u for u in pending if u.key != key]
+                continue
+            name = name or unit.names[0]
+            subject = unit.subjects[unit.names.index(name)]
+            outcome.records[key][name] = {"status": "crashed", "reason": reason}
+            outcome.crashes.append((key, subject, reason))
+            crash_count[subject] = crash_count.get(subject, 0) + 1
+        say(f"specsample worker: {name} ({subject}) crashed at {_label(unit.point)}: {reason}")
         pending = [_replace_subjects(u, [n for n in u.names if n != name]) if u.key == key else u
                    for u in pending]  # fmt: skip
-    outcome.seconds = time.monotonic() - start
-    return outcome
+    return []
 
 
 def _default_log(line: str) -> None:
@@ -161,8 +222,10 @@ def _without_banned(unit: Unit, outcome: Outcome, crash_count: dict[str, int], o
     return _replace_subjects(unit, keep)
 
 
-def _run_worker(units, options, outcome, python, log, total):
-    """One worker over ``units``; returns (keys finished, crash or None)."""
+def _run_worker(units, options, outcome, python, log, total, gpu=None, lock=None):
+    """One worker over ``units`` (pinned to ``gpu`` when given); returns (keys finished, crash
+    or None)."""
+    lock = lock or contextlib.nullcontext()
     with tempfile.TemporaryDirectory(prefix="specsample-worker-") as tmp:
         job = Path(tmp) / "job.json"
         job.write_text(json.dumps({"options": asdict(options), "units": [asdict(u) for u in units]}))
@@ -172,6 +235,8 @@ def _run_worker(units, options, outcome, python, log, total):
         env["PYTHONUNBUFFERED"] = "1"
         if options.device == "cpu":
             env["TRITON_INTERPRET"] = "1"
+        if gpu is not None:
+            env["CUDA_VISIBLE_DEVICES"] = str(gpu)
         proc = subprocess.Popen([python, "-m", "specsample.worker", str(job)], stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)  # fmt: skip
         events: queue.Queue = queue.Queue()
@@ -197,11 +262,16 @@ def _run_worker(units, options, outcome, python, log, total):
             if kind == "phase":
                 current_key, current_subject = event["key"], event["subject"]
             elif kind == "provenance":
-                outcome.provenance[event["subject"]] = event["provenance"]
+                with lock:
+                    outcome.provenance[event["subject"]] = event["provenance"]
             elif kind == "done":
-                outcome.records[event["key"]].update(event["records"])
+                if gpu is not None:
+                    for record in event["records"].values():
+                        record["gpu"] = str(gpu)  # the GPU index the point was measured on
+                with lock:
+                    outcome.records[event["key"]].update(event["records"])
+                    finished = sum(1 for r in outcome.records.values() if r) if total else 0
                 done.add(event["key"])
-                finished = sum(1 for r in outcome.records.values() if r) if total else 0
                 unit = next(u for u in units if u.key == event["key"])
                 log(f"[{finished}/{total}] {_label(unit.point)}  {_summary(event['records'])}")
                 current_key, current_subject = None, None
@@ -325,6 +395,9 @@ def _measure_stages(unit, w, config, options, on_phase) -> dict[str, dict]:
         try:
             subject = subjects.get(name)
             reason = subject.unsupported(w) or (None if subject.pipeline else f"{name} is one call (no per-kernel pipeline)")
+        except subjects.NotSupported as exc:
+            records[name] = {"status": "skipped", "reason": str(exc)}
+            continue
         except (subjects.SubjectError, ValueError) as exc:
             records[name] = {"status": "failed", "reason": str(exc)}
             continue

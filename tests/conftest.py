@@ -35,3 +35,13 @@ class LaunchTripwire:
     def __call__(self, *args, **kwargs):
         self.calls += 1
         return None, None
+
+
+def pytest_collection_modifyitems(config, items):
+    """Mark every test that runs kernels on the GPU when one is present as ``gpu``: the tests
+    that take the ``device`` fixture and the CUDA-only ones (``@gpu``). ``pytest -m gpu`` on the
+    GPU box runs exactly those (README gives its time)."""
+    for item in items:
+        needs_cuda = any(m.name == "skipif" and "CUDA" in str(m.kwargs.get("reason", "")) for m in item.iter_markers())
+        if "device" in getattr(item, "fixturenames", ()) or needs_cuda:
+            item.add_marker(pytest.mark.gpu)
