@@ -70,7 +70,13 @@ def trial_batch(
     n = trials * (k + 1)
     if draft_tokens is None:
         q = torch.softmax((draft_1d.float() / temperature) if draft_1d is not None else target_1d.float(), -1)
-        draft_tokens = torch.multinomial(q.cpu().expand(trials, v), k, replacement=True, generator=generator)
+        if device.type == "cuda":
+            # On the GPU box the trials are many (tens of thousands x V): draw them there, from a
+            # device generator seeded by the caller's, instead of on one CPU core.
+            g = torch.Generator(device).manual_seed(int(torch.randint(2**62, (1,), generator=generator)))
+            draft_tokens = torch.multinomial(q.expand(trials, v), k, replacement=True, generator=g).cpu()
+        else:
+            draft_tokens = torch.multinomial(q.cpu().expand(trials, v), k, replacement=True, generator=generator)
     draft_sampled = torch.zeros(trials, k + 1, dtype=torch.int64)
     draft_sampled[:, 1:] = draft_tokens
     reqs = torch.arange(trials, dtype=torch.int32)

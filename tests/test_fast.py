@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from batches import emitted, first_placeholder
 
-from specsample import reference
+from specsample import reference, rejection_sample_fast
 from specsample.kernels import fast
 from specsample.workloads import Workload, make_inputs
 
@@ -112,7 +112,7 @@ def test_block_size_configs_match_reference(device, config, mode, draft):
     w = Workload(num_reqs=8, num_speculative_steps=3, vocab_size=700, mode=mode, draft=draft,
                  placeholder_pattern="random", placeholder_density=0.3, seed=7)  # fmt: skip
     inputs = make_inputs(w, device=device)
-    got = emitted(*fast.rejection_sample_fast(**inputs, config=config))
+    got = emitted(*rejection_sample_fast(**inputs, config=config))
     assert got == emitted(*reference.rejection_sample(**inputs))  # 8 requests: 0.1% of them is 0
 
 

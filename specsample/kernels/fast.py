@@ -511,14 +511,18 @@ class Pipeline(mrv2.Pipeline):
         use_fp64 = arguments.get("use_fp64", False)
         c = self.config = config or default_config(arguments["idx_mapping"].shape[0])
         super().__init__(
-            **arguments, vocab_block_size=c.stats_block, block_warps=c.stats_warps,
+            **arguments,
+            vocab_block_size=c.stats_block,
+            block_warps=c.stats_warps,
             # (one partial per program: resample_loop blocks; fp64 noise keeps mrv2's kernel and block)
             resample_block_size=mrv2.RESAMPLE_BLOCK_SIZE if use_fp64 else c.resample_block * c.resample_loop,
-        )  # fmt: skip
+        )
         if c.fused_insert and not use_fp64 and (self.num_resample_blocks >= 1 << 15 or self.k >= 1 << 16):
             # the fused insert counts programs in num_sampled's high 16 bits, tau in the low ones
-            raise ValueError(f"fast: {self.num_resample_blocks} resample programs per request or K={self.k} "
-                             "is too many; use a wider Config.resample_block")  # fmt: skip
+            raise ValueError(
+                f"fast: {self.num_resample_blocks} resample programs per request or K={self.k} "
+                "is too many; use a wider Config.resample_block"
+            )
         self.fast_log = c.fast_log and self.target_logits.device.type == "cuda" and not _interpreted()
         self.k_p2 = triton.next_power_of_2(max(self.k, 1))
 
@@ -537,16 +541,31 @@ class Pipeline(mrv2.Pipeline):
         if groups == 0:
             return  # K = 0: no draft rows
         _stats_kernel[(self.num_reqs * groups, self.num_blocks)](
-            self.target_logits, self.target_logits.stride(0),
-            self.draft_arg, *self.draft_strides,
-            self.draft_sampled, self.cu_num_logits, self.idx_mapping, self.temperature,
-            self.target_local_argmax, self.target_local_max, self.target_local_sumexp,
-            self.draft_local_max, self.draft_local_sumexp, self.num_blocks,
-            self.vocab_size,
-            HAS_DRAFT_LOGITS=self.has_draft_logits, K_P2=self.k_p2, ROWS=c.stats_rows, GROUPS=groups,
-            BLOCK_V=c.stats_block, SPECULATIVE_LOAD=c.speculative_load, EARLY_DRAFT_LOAD=c.early_draft_load,
+            target_logits_ptr=self.target_logits,
+            target_logits_stride=self.target_logits.stride(0),
+            draft_logits_ptr=self.draft_arg,
+            draft_logits_stride_0=self.draft_strides[0],
+            draft_logits_stride_1=self.draft_strides[1],
+            draft_sampled_ptr=self.draft_sampled,
+            cu_num_logits_ptr=self.cu_num_logits,
+            idx_mapping_ptr=self.idx_mapping,
+            temperature_ptr=self.temperature,
+            target_local_argmax_ptr=self.target_local_argmax,
+            target_local_max_ptr=self.target_local_max,
+            target_local_sumexp_ptr=self.target_local_sumexp,
+            draft_local_max_ptr=self.draft_local_max,
+            draft_local_sumexp_ptr=self.draft_local_sumexp,
+            local_stride=self.num_blocks,
+            vocab_size=self.vocab_size,
+            HAS_DRAFT_LOGITS=self.has_draft_logits,
+            K_P2=self.k_p2,
+            ROWS=c.stats_rows,
+            GROUPS=groups,
+            BLOCK_V=c.stats_block,
+            SPECULATIVE_LOAD=c.speculative_load,
+            EARLY_DRAFT_LOAD=c.early_draft_load,
             num_warps=c.stats_warps,
-        )  # fmt: skip
+        )
 
     # ---- 3. residual mass of the rows the rejection kernel reads: rows 1..K-1
     def _residual_mass(self) -> None:
@@ -555,16 +574,31 @@ class Pipeline(mrv2.Pipeline):
         if groups <= 0:
             return  # K <= 1: the only draft row is row 0, whose residual is never read
         _residual_mass_kernel[(self.num_reqs * groups, self.num_blocks)](
-            self.target_logits, self.target_logits.stride(0),
-            self.draft_arg, *self.draft_strides,
-            self.draft_sampled, self.cumulative_log_p, self.cu_num_logits, self.idx_mapping, self.temperature,
-            self.target_local_max, self.target_local_sumexp, self.draft_local_max, self.draft_local_sumexp,
-            self.num_blocks, self.num_blocks,
-            self.local_residual_mass,
-            self.vocab_size,
-            K_P2=self.k_p2, ROWS=c.stats_rows, GROUPS=groups, BLOCK_V=c.stats_block,
-            NUM_BLOCKS_P2=self.num_blocks_p2, num_warps=c.stats_warps,
-        )  # fmt: skip
+            target_logits_ptr=self.target_logits,
+            target_logits_stride=self.target_logits.stride(0),
+            draft_logits_ptr=self.draft_arg,
+            draft_logits_stride_0=self.draft_strides[0],
+            draft_logits_stride_1=self.draft_strides[1],
+            draft_sampled_ptr=self.draft_sampled,
+            cumulative_log_p_ptr=self.cumulative_log_p,
+            cu_num_logits_ptr=self.cu_num_logits,
+            idx_mapping_ptr=self.idx_mapping,
+            temperature_ptr=self.temperature,
+            target_local_max_ptr=self.target_local_max,
+            target_local_sumexp_ptr=self.target_local_sumexp,
+            draft_local_max_ptr=self.draft_local_max,
+            draft_local_sumexp_ptr=self.draft_local_sumexp,
+            local_stride=self.num_blocks,
+            num_blocks=self.num_blocks,
+            local_residual_mass_ptr=self.local_residual_mass,
+            vocab_size=self.vocab_size,
+            K_P2=self.k_p2,
+            ROWS=c.stats_rows,
+            GROUPS=groups,
+            BLOCK_V=c.stats_block,
+            NUM_BLOCKS_P2=self.num_blocks_p2,
+            num_warps=c.stats_warps,
+        )
 
     # ---- 5. resample with the fast logs, then insert: num_sampled = tau + 1
     def _resample(self) -> None:
@@ -572,19 +606,37 @@ class Pipeline(mrv2.Pipeline):
             return super()._resample()
         c = self.config
         _resample_kernel[(self.num_reqs, self.num_resample_blocks)](
-            self.sampled, self.sampled.stride(0),
-            self.resampled_local_argmax, self.resampled_local_max, self.num_resample_blocks, self.num_resample_blocks,
-            self.num_sampled, self.target_rejected_lse, self.draft_rejected_lse,
-            self.target_logits, self.target_logits.stride(0),
-            self.draft_arg, *self.draft_strides,
-            self.draft_sampled, self.pos, self.cumulative_log_p, self.cu_num_logits, self.idx_mapping,
-            self.temperature, self.seed,
-            self.vocab_size,
-            HAS_DRAFT_LOGITS=self.has_draft_logits, USE_BLOCK_VERIFICATION=self.use_block_verification,
+            sampled_ptr=self.sampled,
+            sampled_stride=self.sampled.stride(0),
+            resampled_local_argmax_ptr=self.resampled_local_argmax,
+            resampled_local_max_ptr=self.resampled_local_max,
+            resampled_stride=self.num_resample_blocks,
+            num_spans=self.num_resample_blocks,
+            num_sampled_ptr=self.num_sampled,
+            target_rejected_lse_ptr=self.target_rejected_lse,
+            draft_rejected_lse_ptr=self.draft_rejected_lse,
+            target_logits_ptr=self.target_logits,
+            target_logits_stride=self.target_logits.stride(0),
+            draft_logits_ptr=self.draft_arg,
+            draft_logits_stride_0=self.draft_strides[0],
+            draft_logits_stride_1=self.draft_strides[1],
+            draft_sampled_ptr=self.draft_sampled,
+            pos_ptr=self.pos,
+            cumulative_log_p_ptr=self.cumulative_log_p,
+            cu_num_logits_ptr=self.cu_num_logits,
+            idx_mapping_ptr=self.idx_mapping,
+            temperature_ptr=self.temperature,
+            seed_ptr=self.seed,
+            vocab_size=self.vocab_size,
+            HAS_DRAFT_LOGITS=self.has_draft_logits,
+            USE_BLOCK_VERIFICATION=self.use_block_verification,
             FAST_LOG=self.fast_log,
-            BLOCK_V=c.resample_block, BLOCKS=c.resample_loop, FUSED_INSERT=c.fused_insert,
-            NUM_SPANS_P2=triton.next_power_of_2(self.num_resample_blocks), num_warps=c.resample_warps,
-        )  # fmt: skip
+            BLOCK_V=c.resample_block,
+            BLOCKS=c.resample_loop,
+            FUSED_INSERT=c.fused_insert,
+            NUM_SPANS_P2=triton.next_power_of_2(self.num_resample_blocks),
+            num_warps=c.resample_warps,
+        )
 
 
 def launch(*args, config: Config | None = None, **kwargs) -> tuple[torch.Tensor, torch.Tensor]:

@@ -24,11 +24,13 @@ Index width: every row or slot index is cast to int64 before it meets a stride, 
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 
 import torch
 import triton
 import triton.language as tl
+from triton.language.extra import libdevice
 
 # Vocab block of the stats and residual-mass kernels: one program reads 8192 logits.
 VOCAB_BLOCK_SIZE = 8192
@@ -77,6 +79,16 @@ def _log1m(u):
 
 
 @triton.jit
+def _log1m_of(u, LIBDEVICE_LOG1P: tl.constexpr):
+    # log(1 - u): libdevice's log1p(-u) on the GPU (as vLLM's kernels take it), else the series
+    # of _log1m (libdevice does not run under the interpreter).
+    if LIBDEVICE_LOG1P:
+        return libdevice.log1p(-u)
+    else:
+        return _log1m(u)
+
+
+@triton.jit
 def _uniform(seed, position):
     # Acceptance uniform u = rand32(seed, pos), clamped away from 0 (spec 3.8).
     u = tl.rand(seed, position.to(tl.int32))
@@ -113,6 +125,8 @@ def _local_stats_kernel(
     num_speculative_steps,
     HAS_DRAFT_LOGITS: tl.constexpr,
     BLOCK_V: tl.constexpr,
+    NAN_GUARD: tl.constexpr = True,
+    FUSED_ARGMAX: tl.constexpr = False,
 ):
     row = tl.program_id(0).to(tl.int64)
     block = tl.program_id(1)
@@ -122,31 +136,50 @@ def _local_stats_kernel(
     slot = tl.load(expanded_idx_mapping_ptr + row).to(tl.int64)
     temperature = tl.load(temperature_ptr + slot)
 
-    # ---- one 8192-wide block of the target row; NaN is treated as -inf throughout
+    # ---- one 8192-wide block of the target row (loaded in each branch: fewer live registers,
+    # so more programs per SM); NaN is treated as -inf throughout
     offs = block * BLOCK_V + tl.arange(0, BLOCK_V)
     mask = offs < vocab_size
-    x = tl.load(target_logits_ptr + row * target_logits_stride + offs, mask=mask, other=float("-inf"))
-    x = x.to(tl.float32)
-    x = tl.where(x != x, float("-inf"), x)
-    block_max = tl.max(x, 0)
     out = row * local_stride + block
-    tl.store(target_local_max_ptr + out, block_max)
-
     if temperature == 0.0:
-        local_argmax = tl.argmax(x, 0, tie_break_left=True)
+        x = _load_logits(target_logits_ptr + row * target_logits_stride + offs, mask, NAN_GUARD)
+        if FUSED_ARGMAX:
+            # the block's max and its first argmax in one reduction
+            block_max, local_argmax = tl.max(x, 0, return_indices=True, return_indices_tie_break_left=True)
+        else:
+            block_max = tl.max(x, 0)
+            local_argmax = tl.argmax(x, 0, tie_break_left=True)
+        tl.store(target_local_max_ptr + out, block_max)
         tl.store(target_local_argmax_ptr + out, block * BLOCK_V + local_argmax.to(tl.int64))
     else:
-        e = tl.where(x == float("-inf"), 0.0, tl.exp(x - block_max))
-        tl.store(target_local_sumexp_ptr + out, tl.sum(e, 0))
+        x = _load_logits(target_logits_ptr + row * target_logits_stride + offs, mask, NAN_GUARD)
+        block_max, block_sumexp = _max_and_sumexp(x)
+        tl.store(target_local_max_ptr + out, block_max)
+        tl.store(target_local_sumexp_ptr + out, block_sumexp)
         if HAS_DRAFT_LOGITS:
             # Draft logits arrive pre-temperature in the LM-head dtype: divide by T on load.
             d_ptr = draft_logits_ptr + slot * draft_logits_stride_0 + local_pos.to(tl.int64) * draft_logits_stride_1
-            y = tl.load(d_ptr + offs, mask=mask, other=float("-inf")).to(tl.float32) / temperature
-            y = tl.where(y != y, float("-inf"), y)
-            d_max = tl.max(y, 0)
-            ey = tl.where(y == float("-inf"), 0.0, tl.exp(y - d_max))
+            y = _load_logits(d_ptr + offs, mask, NAN_GUARD) / temperature
+            d_max, d_sumexp = _max_and_sumexp(y)
             tl.store(draft_local_max_ptr + out, d_max)
-            tl.store(draft_local_sumexp_ptr + out, tl.sum(ey, 0))
+            tl.store(draft_local_sumexp_ptr + out, d_sumexp)
+
+
+@triton.jit
+def _load_logits(ptrs, mask, NAN_GUARD: tl.constexpr):
+    # One block of logits in fp32, -inf past the vocabulary; NaN as -inf when NAN_GUARD.
+    x = tl.load(ptrs, mask=mask, other=float("-inf")).to(tl.float32)
+    if NAN_GUARD:
+        x = tl.where(x != x, float("-inf"), x)
+    return x
+
+
+@triton.jit
+def _max_and_sumexp(x):
+    # max and sum exp(x - max) of a block. exp(-inf - max) is 0, so -inf entries need no mask;
+    # only an all -inf block (max -inf, where x - max is NaN) needs its sum set to 0.
+    m = tl.max(x, 0)
+    return m, tl.where(m == float("-inf"), 0.0, tl.sum(tl.exp(x - m), 0))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -284,17 +317,17 @@ def _residual_mass_kernel(
     if temperature == 0.0:
         return
 
-    # partial[t, b] = sum_x max(p_j * M_b(x) - M_s(x), 0), with p_j = exp(cum_log_p[t-1])
-    p_prev = tl.exp(tl.load(cumulative_log_p_ptr + row - 1))
-    lse = _global_lse(target_local_max_ptr, target_local_sumexp_ptr, row, local_stride, num_blocks, NUM_BLOCKS_P2)
-    d_lse = _global_lse(draft_local_max_ptr, draft_local_sumexp_ptr, row, local_stride, num_blocks, NUM_BLOCKS_P2)
+    # partial[t, b] = sum_x max(p_j * M_b(x) - M_s(x), 0), with p_j = exp(cum_log_p[t-1]);
+    # past the vocabulary both logits are -inf, so both terms are 0 there and need no mask.
     offs = block * BLOCK_V + tl.arange(0, BLOCK_V)
     mask = offs < vocab_size
     x = tl.load(target_logits_ptr + row * target_logits_stride + offs, mask=mask, other=float("-inf")).to(tl.float32)
+    lse = _global_lse(target_local_max_ptr, target_local_sumexp_ptr, row, local_stride, num_blocks, NUM_BLOCKS_P2)
+    m_b = tl.exp(tl.load(cumulative_log_p_ptr + row - 1)) * tl.exp(x - lse)
     d_ptr = draft_logits_ptr + slot * draft_logits_stride_0 + local_pos.to(tl.int64) * draft_logits_stride_1
     y = tl.load(d_ptr + offs, mask=mask, other=float("-inf")).to(tl.float32) / temperature
-    res = tl.maximum(p_prev * tl.exp(x - lse) - tl.exp(y - d_lse), 0.0)
-    res = tl.where(mask, res, 0.0)
+    d_lse = _global_lse(draft_local_max_ptr, draft_local_sumexp_ptr, row, local_stride, num_blocks, NUM_BLOCKS_P2)
+    res = tl.maximum(m_b - tl.exp(y - d_lse), 0.0)
     tl.store(local_residual_mass_ptr + row * local_stride + block, tl.sum(res, 0))
 
 
@@ -501,6 +534,9 @@ def _resample_kernel(
     USE_FP64: tl.constexpr,
     PLACEHOLDER_FIX: tl.constexpr,
     BLOCK_V: tl.constexpr,
+    NAN_GUARD: tl.constexpr = True,
+    FUSED_ARGMAX: tl.constexpr = False,
+    LIBDEVICE_LOG1P: tl.constexpr = False,
 ):
     req = tl.program_id(0).to(tl.int64)
     block = tl.program_id(1)
@@ -517,7 +553,8 @@ def _resample_kernel(
     offs = block * BLOCK_V + tl.arange(0, BLOCK_V)
     mask = offs < vocab_size
     x = tl.load(target_logits_ptr + row * target_logits_stride + offs, mask=mask, other=float("-inf")).to(tl.float32)
-    x = tl.where(x != x, float("-inf"), x)
+    if NAN_GUARD:
+        x = tl.where(x != x, float("-inf"), x)
 
     # ---- residual logits rho(x), in log space (additive constants do not matter)
     # The rejected draft d_{tau+1}; masked at the bonus row so it never reads the next request.
@@ -538,7 +575,7 @@ def _resample_kernel(
             g = tl.load(d_ptr + offs, mask=mask, other=float("-inf")).to(tl.float32) / temperature
             g = g - tl.load(draft_rejected_lse_ptr + req)
             ratio = tl.exp(g - a)
-            rho = tl.where(ratio < 1.0, a + _log1m(ratio), float("-inf"))
+            rho = tl.where(ratio < 1.0, a + _log1m_of(ratio, LIBDEVICE_LOG1P), float("-inf"))
         else:
             # One-hot draft: remove the rejected token (p_tau cancels under block verification).
             # A raw -1 (replica only) matches no token, as upstream's unmasked load did.
@@ -562,10 +599,13 @@ def _resample_kernel(
             u = tl.maximum(tl.rand(gseed, offs.to(tl.int32)), MIN_UNIFORM)
             # "flipped" Gumbel: -log(-log1p(-u)) keeps the winning tail at u -> 0, where fp32
             # has resolution.
-            rho = rho - tl.log(-_log1m(u))
+            rho = rho - tl.log(-_log1m_of(u, LIBDEVICE_LOG1P))
         rho = tl.where(mask, rho, float("-inf"))
-        best = tl.argmax(rho, 0, tie_break_left=True)
-        best_val = tl.max(rho, 0)
+        if FUSED_ARGMAX:
+            best_val, best = tl.max(rho, 0, return_indices=True, return_indices_tie_break_left=True)
+        else:
+            best = tl.argmax(rho, 0, tie_break_left=True)
+            best_val = tl.max(rho, 0)
     out = req * resampled_stride + block
     tl.store(resampled_local_max_ptr + out, best_val)
     tl.store(resampled_local_argmax_ptr + out, block * BLOCK_V + best.to(tl.int64))
@@ -638,8 +678,15 @@ class Pipeline:
     and so the [N, nb] partials' layout) and ``resample_block_size`` let a subclass tune them;
     the defaults are mrv2's.
 
+    How close to vLLM's own kernels (``notes/performance.md``, replica fidelity):
+    ``fused_reduction`` takes a block's max and argmax in one reduction, as vLLM's kernels do;
+    ``log1p="libdevice"`` evaluates log(1 - u) with libdevice's ``log1p`` (the series of
+    :func:`_log1m` stands in under the interpreter); ``nan_guard=False`` drops the one deliberate
+    difference, mapping NaN logits to -inf on load (specsample documents NaN as -inf; vLLM's
+    kernels do not map them), and is the variant that matches vLLM's work exactly.
+
     ``ballast_iters`` is a TEST-ONLY planted slowdown for validating the sign-off
-    (``specsample signoff validate``): with it above 0, every ``ballast_every``-th program of
+    (``specsample signoff-validate``): with it above 0, every ``ballast_every``-th program of
     the residual-mass kernel (launched only for block verification with draft logits) first runs
     a dependent fp32 loop of that many iterations over a block-sized vector and stores its sum
     to a scratch buffer, so only those points get slower while the outputs stay bit-identical.
@@ -669,6 +716,9 @@ class Pipeline:
         resample_block_size: int = RESAMPLE_BLOCK_SIZE,
         ballast_iters: int = 0,
         ballast_every: int = 4,
+        nan_guard: bool = True,
+        fused_reduction: bool = True,
+        log1p: str = "libdevice",
     ) -> None:
         self.target_logits, self.draft_logits, self.draft_sampled = target_logits, draft_logits, draft_sampled
         self.cu_num_logits, self.pos, self.idx_mapping = cu_num_logits, pos, idx_mapping
@@ -685,6 +735,11 @@ class Pipeline:
         device = target_logits.device
 
         self.vocab_block_size, self.block_warps = vocab_block_size, block_warps
+        if log1p not in ("series", "libdevice"):
+            raise ValueError(f"log1p: expected 'series' or 'libdevice', got {log1p!r}")
+        self.nan_guard, self.fused_reduction = nan_guard, fused_reduction
+        # libdevice cannot run under Triton's interpreter: the series stands in there
+        self.libdevice_log1p = log1p == "libdevice" and device.type == "cuda" and os.environ.get("TRITON_INTERPRET") != "1"
         self.resample_block_size = resample_block_size
         self.num_blocks = triton.cdiv(vocab_size, vocab_block_size)
         self.num_blocks_p2 = triton.next_power_of_2(self.num_blocks)
@@ -744,84 +799,172 @@ class Pipeline:
     # ---- 1. block stats of every non-bonus row
     def _stats(self) -> None:
         _local_stats_kernel[(self.num_logits, self.num_blocks)](
-            self.target_logits, self.target_logits.stride(0),
-            self.draft_arg, *self.draft_strides,
-            self.expanded_idx_mapping, self.expanded_local_pos, self.temperature,
-            self.target_local_argmax, self.target_local_max, self.target_local_sumexp,
-            self.draft_local_max, self.draft_local_sumexp, self.num_blocks,
-            self.vocab_size, self.k,
-            HAS_DRAFT_LOGITS=self.has_draft_logits, BLOCK_V=self.vocab_block_size, num_warps=self.block_warps,
-        )  # fmt: skip
+            target_logits_ptr=self.target_logits,
+            target_logits_stride=self.target_logits.stride(0),
+            draft_logits_ptr=self.draft_arg,
+            draft_logits_stride_0=self.draft_strides[0],
+            draft_logits_stride_1=self.draft_strides[1],
+            expanded_idx_mapping_ptr=self.expanded_idx_mapping,
+            expanded_local_pos_ptr=self.expanded_local_pos,
+            temperature_ptr=self.temperature,
+            target_local_argmax_ptr=self.target_local_argmax,
+            target_local_max_ptr=self.target_local_max,
+            target_local_sumexp_ptr=self.target_local_sumexp,
+            draft_local_max_ptr=self.draft_local_max,
+            draft_local_sumexp_ptr=self.draft_local_sumexp,
+            local_stride=self.num_blocks,
+            vocab_size=self.vocab_size,
+            num_speculative_steps=self.k,
+            HAS_DRAFT_LOGITS=self.has_draft_logits,
+            BLOCK_V=self.vocab_block_size,
+            NAN_GUARD=self.nan_guard,
+            FUSED_ARGMAX=self.fused_reduction,
+            num_warps=self.block_warps,
+        )
 
     # ---- 2. prefix joint ratios log p_i (block verification)
     def _cumulative_log_p(self) -> None:
         _cumulative_log_p_kernel[(self.num_reqs,)](
-            self.target_logits, self.target_logits.stride(0),
-            self.draft_arg, *self.draft_strides,
-            self.draft_sampled, self.cu_num_logits, self.idx_mapping, self.temperature,
-            self.target_local_max, self.target_local_sumexp, self.draft_local_max, self.draft_local_sumexp,
-            self.num_blocks, self.num_blocks,
-            self.cumulative_log_p,
-            HAS_DRAFT_LOGITS=self.has_draft_logits, PLACEHOLDER_FIX=self.placeholder_fix,
-            NUM_BLOCKS_P2=self.num_blocks_p2, num_warps=1,
-        )  # fmt: skip
+            target_logits_ptr=self.target_logits,
+            target_logits_stride=self.target_logits.stride(0),
+            draft_logits_ptr=self.draft_arg,
+            draft_logits_stride_0=self.draft_strides[0],
+            draft_logits_stride_1=self.draft_strides[1],
+            draft_sampled_ptr=self.draft_sampled,
+            cu_num_logits_ptr=self.cu_num_logits,
+            idx_mapping_ptr=self.idx_mapping,
+            temperature_ptr=self.temperature,
+            target_local_max_ptr=self.target_local_max,
+            target_local_sumexp_ptr=self.target_local_sumexp,
+            draft_local_max_ptr=self.draft_local_max,
+            draft_local_sumexp_ptr=self.draft_local_sumexp,
+            local_stride=self.num_blocks,
+            num_blocks=self.num_blocks,
+            cumulative_log_p_ptr=self.cumulative_log_p,
+            HAS_DRAFT_LOGITS=self.has_draft_logits,
+            PLACEHOLDER_FIX=self.placeholder_fix,
+            NUM_BLOCKS_P2=self.num_blocks_p2,
+            num_warps=1,
+        )
 
     # ---- 3. residual mass per vocab block (block verification with draft logits)
     def _residual_mass(self) -> None:
         _residual_mass_kernel[(self.num_logits, self.num_blocks)](
-            self.target_logits, self.target_logits.stride(0),
-            self.draft_arg, *self.draft_strides,
-            self.draft_sampled, self.expanded_idx_mapping, self.expanded_local_pos, self.temperature,
-            self.target_local_max, self.target_local_sumexp, self.draft_local_max, self.draft_local_sumexp,
-            self.num_blocks, self.num_blocks,
-            self.cumulative_log_p, self.local_residual_mass,
-            self.num_logits, self.vocab_size, self.k,
-            PLACEHOLDER_FIX=self.placeholder_fix, BLOCK_V=self.vocab_block_size,
-            NUM_BLOCKS_P2=self.num_blocks_p2, ballast_ptr=self.ballast, BALLAST_ITERS=self.ballast_iters,
-            BALLAST_EVERY=self.ballast_every, num_warps=self.block_warps,
-        )  # fmt: skip
+            target_logits_ptr=self.target_logits,
+            target_logits_stride=self.target_logits.stride(0),
+            draft_logits_ptr=self.draft_arg,
+            draft_logits_stride_0=self.draft_strides[0],
+            draft_logits_stride_1=self.draft_strides[1],
+            draft_sampled_ptr=self.draft_sampled,
+            expanded_idx_mapping_ptr=self.expanded_idx_mapping,
+            expanded_local_pos_ptr=self.expanded_local_pos,
+            temperature_ptr=self.temperature,
+            target_local_max_ptr=self.target_local_max,
+            target_local_sumexp_ptr=self.target_local_sumexp,
+            draft_local_max_ptr=self.draft_local_max,
+            draft_local_sumexp_ptr=self.draft_local_sumexp,
+            local_stride=self.num_blocks,
+            num_blocks=self.num_blocks,
+            cumulative_log_p_ptr=self.cumulative_log_p,
+            local_residual_mass_ptr=self.local_residual_mass,
+            num_logits=self.num_logits,
+            vocab_size=self.vocab_size,
+            num_speculative_steps=self.k,
+            PLACEHOLDER_FIX=self.placeholder_fix,
+            BLOCK_V=self.vocab_block_size,
+            NUM_BLOCKS_P2=self.num_blocks_p2,
+            ballast_ptr=self.ballast,
+            BALLAST_ITERS=self.ballast_iters,
+            BALLAST_EVERY=self.ballast_every,
+            num_warps=self.block_warps,
+        )
 
     # ---- 4. accept/reject: tau per request into num_sampled
     def _rejection(self) -> None:
         _rejection_kernel[(self.num_reqs,)](
-            self.sampled, self.sampled.stride(0), self.num_sampled,
-            self.target_rejected_lse, self.draft_rejected_lse,
-            self.target_logits, self.target_logits.stride(0),
-            self.draft_arg, *self.draft_strides,
-            self.draft_sampled, self.pos, self.cu_num_logits, self.idx_mapping, self.temperature, self.seed,
-            self.target_local_argmax, self.target_local_max, self.target_local_sumexp,
-            self.draft_local_max, self.draft_local_sumexp, self.local_residual_mass,
-            self.num_blocks, self.num_blocks,
-            self.cumulative_log_p, self.rates,
-            HAS_DRAFT_LOGITS=self.has_draft_logits, SYNTHETIC_MODE=self.synthetic,
-            USE_BLOCK_VERIFICATION=self.use_block_verification, PLACEHOLDER_FIX=self.placeholder_fix,
-            NUM_BLOCKS_P2=self.num_blocks_p2, num_warps=1,
-        )  # fmt: skip
+            sampled_ptr=self.sampled,
+            sampled_stride=self.sampled.stride(0),
+            num_sampled_ptr=self.num_sampled,
+            target_rejected_lse_ptr=self.target_rejected_lse,
+            draft_rejected_lse_ptr=self.draft_rejected_lse,
+            target_logits_ptr=self.target_logits,
+            target_logits_stride=self.target_logits.stride(0),
+            draft_logits_ptr=self.draft_arg,
+            draft_logits_stride_0=self.draft_strides[0],
+            draft_logits_stride_1=self.draft_strides[1],
+            draft_sampled_ptr=self.draft_sampled,
+            pos_ptr=self.pos,
+            cu_num_logits_ptr=self.cu_num_logits,
+            idx_mapping_ptr=self.idx_mapping,
+            temperature_ptr=self.temperature,
+            seed_ptr=self.seed,
+            target_local_argmax_ptr=self.target_local_argmax,
+            target_local_max_ptr=self.target_local_max,
+            target_local_sumexp_ptr=self.target_local_sumexp,
+            draft_local_max_ptr=self.draft_local_max,
+            draft_local_sumexp_ptr=self.draft_local_sumexp,
+            local_residual_mass_ptr=self.local_residual_mass,
+            local_stride=self.num_blocks,
+            num_blocks=self.num_blocks,
+            cumulative_log_p_ptr=self.cumulative_log_p,
+            synthetic_conditional_rates_ptr=self.rates,
+            HAS_DRAFT_LOGITS=self.has_draft_logits,
+            SYNTHETIC_MODE=self.synthetic,
+            USE_BLOCK_VERIFICATION=self.use_block_verification,
+            PLACEHOLDER_FIX=self.placeholder_fix,
+            NUM_BLOCKS_P2=self.num_blocks_p2,
+            num_warps=1,
+        )
 
     # ---- 5. resample row c_r + tau per 1024-wide block
     def _resample(self) -> None:
         _resample_kernel[(self.num_reqs, self.num_resample_blocks)](
-            self.resampled_local_argmax, self.resampled_local_max, self.num_resample_blocks,
-            self.num_sampled, self.target_rejected_lse, self.draft_rejected_lse,
-            self.target_logits, self.target_logits.stride(0),
-            self.draft_arg, *self.draft_strides,
-            self.draft_sampled, self.pos, self.cumulative_log_p, self.cu_num_logits, self.idx_mapping,
-            self.temperature, self.seed,
-            self.vocab_size,
-            HAS_DRAFT_LOGITS=self.has_draft_logits, USE_BLOCK_VERIFICATION=self.use_block_verification,
-            USE_FP64=self.use_fp64, PLACEHOLDER_FIX=self.placeholder_fix,
-            BLOCK_V=self.resample_block_size, num_warps=4,
-        )  # fmt: skip
+            resampled_local_argmax_ptr=self.resampled_local_argmax,
+            resampled_local_max_ptr=self.resampled_local_max,
+            resampled_stride=self.num_resample_blocks,
+            num_sampled_ptr=self.num_sampled,
+            target_rejected_lse_ptr=self.target_rejected_lse,
+            draft_rejected_lse_ptr=self.draft_rejected_lse,
+            target_logits_ptr=self.target_logits,
+            target_logits_stride=self.target_logits.stride(0),
+            draft_logits_ptr=self.draft_arg,
+            draft_logits_stride_0=self.draft_strides[0],
+            draft_logits_stride_1=self.draft_strides[1],
+            draft_sampled_ptr=self.draft_sampled,
+            pos_ptr=self.pos,
+            cumulative_log_p_ptr=self.cumulative_log_p,
+            cu_num_logits_ptr=self.cu_num_logits,
+            idx_mapping_ptr=self.idx_mapping,
+            temperature_ptr=self.temperature,
+            seed_ptr=self.seed,
+            vocab_size=self.vocab_size,
+            HAS_DRAFT_LOGITS=self.has_draft_logits,
+            USE_BLOCK_VERIFICATION=self.use_block_verification,
+            USE_FP64=self.use_fp64,
+            PLACEHOLDER_FIX=self.placeholder_fix,
+            BLOCK_V=self.resample_block_size,
+            NAN_GUARD=self.nan_guard,
+            FUSED_ARGMAX=self.fused_reduction,
+            LIBDEVICE_LOG1P=self.libdevice_log1p,
+            num_warps=4,
+        )
 
     # ---- 6. insert the winning block's token; num_sampled = tau + 1
     def _insert(self) -> None:
         _insert_kernel[(self.num_reqs,)](
-            self.sampled, self.sampled.stride(0), self.num_sampled,
-            self.resampled_local_argmax, self.resampled_local_max,
-            self.num_resample_blocks, self.num_resample_blocks,
-            self.cu_num_logits, self.idx_mapping, self.temperature,
-            NUM_RESAMPLE_BLOCKS_P2=triton.next_power_of_2(self.num_resample_blocks), num_warps=1,
-        )  # fmt: skip
+            sampled_ptr=self.sampled,
+            sampled_stride=self.sampled.stride(0),
+            num_sampled_ptr=self.num_sampled,
+            resampled_local_argmax_ptr=self.resampled_local_argmax,
+            resampled_local_max_ptr=self.resampled_local_max,
+            resampled_stride=self.num_resample_blocks,
+            num_resample_blocks=self.num_resample_blocks,
+            cu_num_logits_ptr=self.cu_num_logits,
+            idx_mapping_ptr=self.idx_mapping,
+            temperature_ptr=self.temperature,
+            NUM_RESAMPLE_BLOCKS_P2=triton.next_power_of_2(self.num_resample_blocks),
+            num_warps=1,
+        )
 
 
 def launch(*args, **kwargs) -> tuple[torch.Tensor, torch.Tensor]:
