@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
-# compute-sanitizer memcheck over every in-tree variant on the memcheck cases
-# (scripts/memcheck_cases.py), then the GPU kernel tests. Prints one error count per run.
+# compute-sanitizer memcheck over every in-tree subject on the memcheck cases
+# (python -m specsample.devtools.memcheck), then the GPU kernel tests. Prints one error count per run.
 # GPU box, from the repository root, after `source scripts/gpu-env.sh`.
 set -u
 status=0
 # fast in each of its batch-size configurations
 for run in mrv2 "fast --fast-config tiny" "fast --fast-config small" "fast --fast-config large" mrv2-pre50939 torch-eager; do
   log=$(mktemp)
-  # shellcheck disable=SC2086  # $run is a variant and its options
+  # shellcheck disable=SC2086  # $run is a subject and its options
   timeout "${MEMCHECK_TIMEOUT:-120}" compute-sanitizer --tool memcheck --error-exitcode 1 \
-    python3 scripts/memcheck_cases.py $run >"$log" 2>&1
+    python3 -m specsample.devtools.memcheck $run >"$log" 2>&1
   rc=$?
   errors=$(grep -Eo 'ERROR SUMMARY: [0-9]+' "$log" | tail -1)
   echo "$run: rc=$rc ${errors:-no summary} $(grep 'calls on' "$log")"

@@ -1,0 +1,275 @@
+"""``specsample goals COMMIT``: one commit's committed results against performance goals read
+from data. No GPU and no torch: it reads the results frame
+(:func:`specsample.track.results.load_results`) of that commit's run on one machine and tier.
+
+The goals live in a JSON file, by default ``goals.json`` beside this module (the fast
+sampler's goals); ``--goals FILE`` reads another of the same form, so a new goal, threshold or
+point is a data change. The file holds a ``title``, the ``subject`` the goals are about, a
+``base_point`` (column values) and a list of ``goals``. Every goal has a ``name``, a ``title``
+and a ``kind``; all but ``manual`` select rows of one ``metric`` by ``where`` (column ->
+value, or ``{"at_least": x}``, ``{"at_most": x}``, ``{"in": [...]}``), to which
+``"at_base_point": true`` adds the base point. The kinds:
+
+``point_ratio``
+    Per ``group_by`` group, each of ``subjects``' value at the ``numerator`` point (column
+    values) over its value at the ``denominator`` point; the goal is on the subject's ratio in
+    every group.
+``value``
+    Per group, each of ``subjects``' value; the goal is on the subject's value in every group.
+``speedup``
+    The subject's ``1 / value`` of a ratio-to-baseline metric over every selected point:
+    geometric mean (goal ``geomean``), slowest point (goal ``slowest``), the geometric mean per
+    ``by`` column value and the ``slowest`` N points, described by the ``describe`` columns.
+``subject_ratio``
+    Per group, each of ``ratios``' subjects' value over the subject's; the goal is on the
+    ``ratio`` it names, in the groups whose rows match the goal's own ``where``.
+``manual``
+    Not computed from results: its ``note`` is printed.
+
+A goal's ``goal`` gives its threshold as ``at_least`` or ``at_most`` and an optional ``note``.
+Each goal's line ends in ``met``, ``not met (k of n)`` -- k groups of n meet it -- or
+``no data``. ``label`` is a :meth:`str.format` pattern of the group's columns.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ..schema import SYMBOLS
+
+KINDS = ("point_ratio", "value", "speedup", "subject_ratio", "manual")
+# The fields each kind needs besides name, title and kind.
+_REQUIRED = {
+    "point_ratio": ("metric", "group_by", "label", "subjects", "numerator", "denominator", "goal"),
+    "value": ("metric", "group_by", "label", "subjects", "goal"),
+    "speedup": ("metric", "by", "slowest", "describe", "goal"),
+    "subject_ratio": ("metric", "group_by", "label", "ratios", "goal"),
+    "manual": ("note",),
+}
+
+
+class GoalsError(ValueError):
+    """A goals file that cannot be used, or results that do not have the commit asked for."""
+
+
+def default_goals_path() -> Path:
+    return Path(str(resources.files(__package__).joinpath("goals.json")))
+
+
+def load_goals(path: str | Path | None = None) -> dict:
+    """The goals of ``path`` (default: :func:`default_goals_path`), checked for the fields their
+    kinds need."""
+    path = Path(path) if path is not None else default_goals_path()
+    try:
+        spec = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise GoalsError(f"goals file {path}: {exc}") from None
+    for key in ("subject", "goals"):
+        if key not in spec:
+            raise GoalsError(f"goals file {path}: no {key!r}")
+    for i, goal in enumerate(spec["goals"]):
+        name = goal.get("name", f"#{i + 1}")
+        kind = goal.get("kind")
+        if kind not in KINDS:
+            raise GoalsError(f"goals file {path}: goal {name}: kind must be one of {', '.join(KINDS)}, got {kind!r}")
+        missing = [k for k in ("name", "title", *_REQUIRED[kind]) if k not in goal]
+        if missing:
+            raise GoalsError(f"goals file {path}: goal {name} ({kind}) lacks {', '.join(missing)}")
+        threshold = goal.get("goal", {})
+        bounds = [threshold] if kind != "speedup" else [threshold.get("geomean", {}), threshold.get("slowest", {})]
+        for bound in bounds:
+            if kind != "manual" and ("at_least" in bound) == ("at_most" in bound):
+                raise GoalsError(f"goals file {path}: goal {name}: give its threshold as at_least or at_most")
+        if goal.get("at_base_point") and "base_point" not in spec:
+            raise GoalsError(f"goals file {path}: goal {name} is at the base point, and there is no base_point")
+    return spec
+
+
+# ---- selecting the results -------------------------------------------------------------------
+
+
+def select(
+    df: pd.DataFrame, commit: str, machine: str | None = None, tier: str = "nightly"
+) -> tuple[pd.DataFrame, str]:
+    """The rows of ``commit`` (a hash or its prefix) on ``machine`` (default: the one machine
+    with results for it) in ``tier``, and the machine; :class:`GoalsError` says what exists."""
+    rows = df[df["commit"].str.startswith(commit)]
+    if rows.empty:
+        newest = df.sort_values("date")["commit"].drop_duplicates().str[:8].tolist()[-5:][::-1]
+        raise GoalsError(f"no results for commit {commit}; newest commits: {', '.join(newest) or 'none'}")
+    commits = sorted(rows["commit"].unique())
+    if len(commits) > 1:
+        raise GoalsError(f"commit {commit} is ambiguous: {', '.join(c[:12] for c in commits)}")
+    machines = sorted(rows["machine"].unique())
+    if machine is None:
+        if len(machines) > 1:
+            raise GoalsError(f"commit {commit} has results on {', '.join(machines)}: give --machine")
+        machine = machines[0]
+    rows = rows[rows["machine"] == machine]
+    if rows.empty:
+        raise GoalsError(f"no results for commit {commit} on {machine} (it has results on {', '.join(machines)})")
+    tiers = sorted(rows["tier"].dropna().unique())
+    rows = rows[rows["tier"] == tier]
+    if rows.empty:
+        raise GoalsError(f"no {tier} results for commit {commit} on {machine} (tiers there: {', '.join(tiers)})")
+    return rows, machine
+
+
+def header(df: pd.DataFrame, machine: str, tier: str) -> str:
+    gpu = df["gpu"].dropna()
+    return f"commit {df['commit'].iloc[0][:8]} on {machine} ({gpu.iloc[0] if len(gpu) else 'GPU unknown'}), {tier} tier"
+
+
+# ---- the report ------------------------------------------------------------------------------
+
+
+def report(df: pd.DataFrame, spec: dict) -> str:
+    """One block of lines per goal of ``spec`` (:func:`load_goals`), from the rows of ``df``
+    (one commit, machine and tier; rows whose status is not ``ok`` are left out)."""
+    if "status" in df.columns:
+        df = df[df["status"] == "ok"]
+    lines = []
+    for goal in spec["goals"]:
+        lines += _KIND_REPORTS[goal["kind"]](df, goal, spec)
+    return "\n".join(lines)
+
+
+def _rows(df: pd.DataFrame, goal: dict, spec: dict) -> pd.DataFrame:
+    where = dict(spec.get("base_point", {})) if goal.get("at_base_point") else {}
+    where.update(goal.get("where", {}))
+    return _match(df[df["metric"] == goal["metric"]], where)
+
+
+def _match(df: pd.DataFrame, where: dict) -> pd.DataFrame:
+    mask = np.ones(len(df), dtype=bool)
+    for column, want in where.items():
+        values = df[column]
+        if isinstance(want, dict):
+            if "at_least" in want:
+                mask &= (values >= want["at_least"]).to_numpy(dtype=bool, na_value=False)
+            if "at_most" in want:
+                mask &= (values <= want["at_most"]).to_numpy(dtype=bool, na_value=False)
+            if "in" in want:
+                mask &= values.isin(want["in"]).to_numpy()
+        else:
+            mask &= (values == want).to_numpy(dtype=bool, na_value=False)
+    return df[mask]
+
+
+def _by_subject(rows: pd.DataFrame) -> dict[str, float]:
+    return rows.groupby("subject")["value"].median().to_dict()
+
+
+def _bound(threshold: dict) -> tuple[str, Callable[[float], bool]]:
+    if "at_most" in threshold:
+        limit = threshold["at_most"]
+        return f"<= {limit:g}", lambda v: v <= limit
+    limit = threshold["at_least"]
+    return f">= {limit:g}", lambda v: v >= limit
+
+
+def _verdict(passed: list[bool]) -> str:
+    if not passed:
+        return "no data"
+    return "met" if all(passed) else f"not met ({sum(passed)} of {len(passed)})"
+
+
+def _title(goal: dict, what: str, passed: list[bool]) -> str:
+    note = goal["goal"].get("note")
+    return f"{goal['name']}. {goal['title']} (goal: {what}{', ' + note if note else ''}): {_verdict(passed)}"
+
+
+def _groups(rows: pd.DataFrame, goal: dict):
+    """``(label, group rows)`` per ``group_by`` group, in sorted order."""
+    keys = goal["group_by"]
+    for key, group in rows.groupby(keys, sort=True):
+        key = key if isinstance(key, tuple) else (key,)
+        yield goal["label"].format(**dict(zip(keys, key))), group
+
+
+def _point_ratio(df: pd.DataFrame, goal: dict, spec: dict) -> list[str]:
+    subject, unit = spec["subject"], goal.get("unit", "")
+    op, ok = _bound(goal["goal"])
+    lines, passed = [], []
+    for label, group in _groups(_rows(df, goal, spec), goal):
+        num, den = _by_subject(_match(group, goal["numerator"])), _by_subject(_match(group, goal["denominator"]))
+        ratios = {s: num[s] / den[s] for s in goal["subjects"] if s in num and s in den}
+        cells = ", ".join(f"{s} {r:.3f}" for s, r in ratios.items())
+        detail = f"   ({subject} {num[subject]:.1f} / {den[subject]:.1f} {unit})" if subject in ratios else ""
+        lines.append(f"   {label}: {cells}{detail}")
+        if subject in ratios:
+            passed.append(ok(ratios[subject]))
+    return [_title(goal, f"{subject} {op}", passed), *lines]
+
+
+def _value(df: pd.DataFrame, goal: dict, spec: dict) -> list[str]:
+    subject = spec["subject"]
+    op, ok = _bound(goal["goal"])
+    lines, passed = [], []
+    for label, group in _groups(_rows(df, goal, spec), goal):
+        by = _by_subject(group)
+        lines.append(f"   {label}: " + ", ".join(f"{s} {by[s]:.3f}" for s in goal["subjects"] if s in by))
+        if subject in by:
+            passed.append(ok(by[subject]))
+    return [_title(goal, f"{subject} {op}", passed), *lines]
+
+
+def _speedup(df: pd.DataFrame, goal: dict, spec: dict) -> list[str]:
+    subject = spec["subject"]
+    rows = _rows(df, goal, spec)
+    rows = rows[rows["subject"] == subject]
+    geomean_op, geomean_ok = _bound(goal["goal"]["geomean"])
+    slowest_op, slowest_ok = _bound(goal["goal"]["slowest"])
+    if rows.empty:
+        return [
+            f"{goal['name']}. {goal['title']}, no points (goal: geomean {geomean_op}, slowest {slowest_op}): no data"
+        ]
+    rows = rows.assign(speedup=1.0 / rows["value"])
+    geomean, slowest = float(np.exp(np.log(rows["speedup"]).mean())), float(rows["speedup"].min())
+    verdict = _verdict([geomean_ok(geomean), slowest_ok(slowest)])
+    lines = [
+        f"{goal['name']}. {goal['title']}, {len(rows)} points: geomean {geomean:.3f}x (goal {geomean_op}), "
+        f"slowest {slowest:.3f}x (goal {slowest_op}): {verdict}"
+    ]
+    for key, group in rows.groupby(goal["by"], sort=True):
+        lines.append(f"   {key:12s} geomean {np.exp(np.log(group['speedup']).mean()):.3f}x")
+    for _, row in rows.nsmallest(goal["slowest"], "speedup").iterrows():
+        where = " ".join(f"{SYMBOLS.get(c, c)}={row[c]}" for c in goal["describe"])
+        lines.append(f"   slow: {where} -> {row['speedup']:.3f}x")
+    return lines
+
+
+def _subject_ratio(df: pd.DataFrame, goal: dict, spec: dict) -> list[str]:
+    subject, unit = spec["subject"], goal.get("unit", "")
+    target = goal["goal"]["ratio"]
+    op, ok = _bound(goal["goal"])
+    lines, passed = [], []
+    for label, group in _groups(_rows(df, goal, spec), goal):
+        by = _by_subject(group)
+        present = [r for r in goal["ratios"] if r["subject"] in by]
+        if subject not in by or not present:
+            continue
+        cells = ", ".join(f"{r['label']} {by[r['subject']] / by[subject]:.2f}" for r in present)
+        lines.append(f"   {label}: {cells}   ({subject} {by[subject]:.1f} {unit})")
+        if target in by and not _match(group, goal["goal"].get("where", {})).empty:
+            passed.append(ok(by[target] / by[subject]))
+    return [_title(goal, f"{target} / {subject} {op}", passed), *lines]
+
+
+def _manual(df: pd.DataFrame, goal: dict, spec: dict) -> list[str]:
+    return [f"{goal['name']}. {goal['title']}: {goal['note']}"]
+
+
+_KIND_REPORTS = {
+    "point_ratio": _point_ratio,
+    "value": _value,
+    "speedup": _speedup,
+    "subject_ratio": _subject_ratio,
+    "manual": _manual,
+}

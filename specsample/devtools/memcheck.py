@@ -1,0 +1,117 @@
+"""Inputs that have broken samplers before, run once per subject, for ``compute-sanitizer``.
+
+::
+
+    python -m specsample.devtools.memcheck SUBJECT [--fast-config tiny|small|large]
+
+``scripts/memcheck.sh`` runs this under ``compute-sanitizer --tool memcheck`` once per subject
+(and fast once per configuration) on the GPU box. Without a GPU it runs under Triton's
+interpreter (set here when ``TRITON_INTERPRET`` is unset): no memory checking there, but it
+proves every case runs. Cases: placeholder-heavy, all-placeholder, all-NaN logits, V not a
+multiple of any block size, R=1, ragged requests, in every mode and draft kind; every output
+token must lie in ``[0, V)`` (but the pre-#50939 replica's, which may emit ``-1`` by design)
+and every count in ``[1, K + 1]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import os
+
+from ..schema import OUR_SUBJECTS
+
+CASES = {
+    "placeholder-heavy": dict(placeholder_density=0.75, placeholder_pattern="random"),
+    "all-placeholder": dict(placeholder_pattern="all"),
+    "odd-vocab-R1": dict(num_reqs=1, vocab_size=8193, placeholder_density=0.5),
+    "ragged-mixed-T": dict(ragged=True, greedy_fraction=0.5, placeholder_density=0.25),
+}
+# Subjects run here: ours but the peers (FlashInfer is not ours to check).
+SUBJECTS = tuple(s for s in OUR_SUBJECTS if not s.startswith("flashinfer"))
+FAST_CONFIGS = ("tiny", "small", "large")
+# The pre-#50939 replica emits the raw -1 of a block-verification placeholder (spec 5.1).
+EMITS_PLACEHOLDERS = ("mrv2-pre50939",)
+
+
+def _caller(subject: str, fast_config: str | None):
+    """``(call, unsupported)`` for ``subject``: ``call(w, device, inputs) -> (sampled,
+    num_sampled)`` and ``unsupported(w) -> reason or None``, from its registry entry; for fast
+    with ``fast_config`` named, fast's sampler with that configuration at every batch size
+    (its ``config=`` argument)."""
+    if fast_config is None:
+        from .. import subjects
+
+        return subjects.get(subject).run, subjects.get(subject).unsupported
+    from ..kernels import fast
+    from ..sampler import rejection_sample_fast
+
+    config = {"tiny": fast.TINY_BATCH_CONFIG, "small": fast.SMALL_BATCH_CONFIG, "large": fast.LARGE_BATCH_CONFIG}
+    forced = config[fast_config]
+
+    def call(w, device, inputs):
+        return rejection_sample_fast(**inputs, config=forced)
+
+    return call, lambda w: None
+
+
+def run(subject: str, device: str, vocab_size: int = 20000, fast_config: str | None = None) -> int:
+    """Every case in every mode and draft kind the subject supports, with finite and all-NaN
+    target logits; returns the number of calls made (an ``AssertionError`` names a bad output)."""
+    import torch
+
+    from ..workloads import Workload, make_inputs
+
+    call, unsupported = _caller(subject, fast_config)
+    count = 0
+    for (name, fields), mode, draft in itertools.product(
+        CASES.items(), ("greedy", "standard", "block"), ("logits", "one-hot")
+    ):
+        point = {"num_reqs": 4, "num_speculative_steps": 4, "vocab_size": vocab_size, "mode": mode, "draft": draft}
+        w = Workload(**{**point, "seed": 3, **fields})
+        if unsupported(w):
+            continue
+        inputs = make_inputs(w, device=device)
+        for nan in (False, True):
+            if nan:  # all-NaN target logits: argmax must stay inside [0, V)
+                inputs["target_logits"].fill_(float("nan"))
+            sampled, num_sampled = call(w, device, inputs)
+            for row, n in zip(sampled.tolist(), num_sampled.tolist()):
+                assert 1 <= n <= w.num_speculative_steps + 1, (subject, name, mode, draft, n)
+                in_range = all(0 <= t < w.vocab_size for t in row[:n])
+                assert in_range or subject in EMITS_PLACEHOLDERS, (subject, name, mode, draft, row[:n])
+            count += 1
+    if device == "cuda":
+        torch.cuda.synchronize()
+    return count
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(
+        prog="python -m specsample.devtools.memcheck",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("subject", choices=SUBJECTS)
+    p.add_argument("--vocab-size", type=int, default=20000, help="20000: 3 stats blocks padded to 4")
+    p.add_argument(
+        "--fast-config",
+        choices=FAST_CONFIGS,
+        default=None,
+        help="fast only: its tiny-, small- or large-batch configuration at every batch size",
+    )
+    args = p.parse_args(argv)
+    if args.fast_config and args.subject != "fast":
+        p.error("--fast-config: only with fast")
+    import torch
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cpu":
+        # Before the kernels are imported (run imports them): @triton.jit reads it at definition.
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+    label = args.subject + (f" ({args.fast_config} config)" if args.fast_config else "")
+    print(f"{label}: {run(args.subject, device, args.vocab_size, args.fast_config)} calls on {device} completed")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,195 @@
+"""``specsample tune``: the fast sampler's candidate configurations, timed on a GPU beside mrv2.
+
+For each workload it builds one :class:`specsample.kernels.fast.Pipeline` per candidate
+:class:`~specsample.kernels.fast.Config` (and mrv2's pipeline as the reference), runs each once
+(so every stage finds its intermediates), then times, all interleaved in one measurement (cold
+L2, CUDA-graph replay; :mod:`specsample.timing`): the whole call of every candidate, and each
+kernel alone for mrv2 and the candidates named by ``--stages`` (on pipelines of their own,
+:func:`specsample.measure.stage_calls`: a stage timed on a pipeline that already ran insert
+would read tau + 1). It prints one line per workload and writes every median to JSON. This is
+how ``fast.default_config`` is chosen (by hand, from these numbers); the runs and what was
+decided from them are recorded in ``notes/performance.md``.
+
+Candidates beyond ``large``, ``small`` and ``tiny`` (fast's three configurations) are a named
+copy of one of them with some fields replaced: ``--candidate w8=large:stats_warps=8``
+(``NAME=BASE:FIELD=VALUE,...``). ``--before MODULE`` also times an earlier fast module in its
+own default configuration, under the name ``before``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import importlib
+import json
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from types import ModuleType
+
+import torch
+
+from ..kernels import fast, mrv2
+from ..measure import input_copies, stage_calls
+from ..timing import TimingConfig, measure_interleaved
+from ..workloads import Workload
+
+BASE = dict(num_speculative_steps=4, vocab_size=151936)
+WORKLOADS = {
+    # small batches: one partial wave, latency chains
+    "R1-standard-phi0": Workload(num_reqs=1, mode="standard", **BASE),
+    "R1-block-phi0.5": Workload(num_reqs=1, mode="block", placeholder_density=0.5, **BASE),
+    "R1-greedy-phi0.5": Workload(num_reqs=1, mode="greedy", placeholder_density=0.5, **BASE),
+    "R8-standard-phi0": Workload(num_reqs=8, mode="standard", **BASE),
+    "R8-standard-phi0.5": Workload(num_reqs=8, mode="standard", placeholder_density=0.5, **BASE),
+    "R8-greedy-phi0.5": Workload(num_reqs=8, mode="greedy", placeholder_density=0.5, **BASE),
+    "R8-block-phi0.5": Workload(num_reqs=8, mode="block", placeholder_density=0.5, **BASE),
+    "R16-block-phi0": Workload(num_reqs=16, mode="block", **BASE),
+    "R32-standard-phi0": Workload(num_reqs=32, mode="standard", **BASE),
+    "R32-block-phi0.5": Workload(num_reqs=32, mode="block", placeholder_density=0.5, **BASE),
+    # the base point and its placeholder densities (the goals' points, devtools/goals.json)
+    "base-block-phi0": Workload(num_reqs=128, mode="block", **BASE),
+    "base-block-phi0.5": Workload(num_reqs=128, mode="block", placeholder_density=0.5, **BASE),
+    "base-block-phi1": Workload(num_reqs=128, mode="block", placeholder_density=1.0, **BASE),
+    "base-standard-phi0": Workload(num_reqs=128, mode="standard", **BASE),
+    "base-standard-phi0.5": Workload(num_reqs=128, mode="standard", placeholder_density=0.5, **BASE),
+    "base-standard-phi1": Workload(num_reqs=128, mode="standard", placeholder_density=1.0, **BASE),
+    "base-greedy-phi0": Workload(num_reqs=128, mode="greedy", **BASE),
+    "base-greedy-phi1": Workload(num_reqs=128, mode="greedy", placeholder_density=1.0, **BASE),
+    "V32000-block-phi0": Workload(num_reqs=128, mode="block", num_speculative_steps=4, vocab_size=32000),
+    "R512-standard-phi0.5": Workload(num_reqs=512, mode="standard", placeholder_density=0.5, **BASE),
+}
+
+# fast's own configurations: always timed, and the bases of --candidate.
+BASE_CANDIDATES = {"large": fast.LARGE_BATCH_CONFIG, "small": fast.SMALL_BATCH_CONFIG, "tiny": fast.TINY_BATCH_CONFIG}
+# Names that are not candidates: the reference and the --before module.
+RESERVED = ("mrv2", "before")
+# Candidates whose kernels are also timed alone unless --stages says otherwise ("before" when given).
+DEFAULT_STAGE_CANDIDATES = ("large", "small", "before")
+TIMING = TimingConfig(l2="cold", calls_per_sample=10, num_samples=15)
+
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+    """What one ``specsample tune`` run measures."""
+
+    workloads: tuple[str, ...] = tuple(WORKLOADS)
+    candidates: dict[str, fast.Config] = dataclasses.field(default_factory=lambda: dict(BASE_CANDIDATES))
+    stage_candidates: tuple[str, ...] = DEFAULT_STAGE_CANDIDATES
+    before: ModuleType | None = None  # an earlier fast module: its Pipeline in its own defaults
+
+
+def parse_candidate(text: str, bases: dict[str, fast.Config] = BASE_CANDIDATES) -> tuple[str, fast.Config]:
+    """``NAME=BASE:FIELD=VALUE,...`` -> (NAME, BASE's config with those fields replaced).
+
+    ``ValueError`` says what is wrong: the form, an unknown base or field, a bad value."""
+    try:
+        name, rest = text.split("=", 1)
+        base, _, fields = rest.partition(":")
+        changes = dict(kv.split("=", 1) for kv in fields.split(",") if kv)
+    except ValueError:
+        raise ValueError(f"expected NAME=BASE:FIELD=VALUE,..., got {text!r}") from None
+    if base not in bases:
+        raise ValueError(f"{text!r}: base must be one of {sorted(bases)}, got {base!r}")
+    config = bases[base]
+    types = {f.name: type(getattr(config, f.name)) for f in dataclasses.fields(config)}
+    unknown = sorted(set(changes) - set(types))
+    if unknown:
+        raise ValueError(f"{text!r}: unknown Config fields {unknown}; known: {sorted(types)}")
+    try:
+        values = {k: _parse_value(types[k], v) for k, v in changes.items()}
+        return name, dataclasses.replace(config, **values)
+    except ValueError as e:
+        raise ValueError(f"{text!r}: {e}") from None
+
+
+def _parse_value(kind: type, text: str):
+    return text.lower() in ("1", "true", "yes") if kind is bool else kind(text)
+
+
+def options(
+    workloads: Sequence[str] | None = None,
+    candidates: Sequence[str] = (),
+    stages: str | None = None,
+    before: str | None = None,
+) -> Options:
+    """The command line's options, checked: ``ValueError`` names the one that is wrong.
+
+    ``candidates`` are ``--candidate`` texts (:func:`parse_candidate`), ``stages`` the
+    comma-separated ``--stages``, ``before`` a module name to import (``--before``)."""
+    unknown = sorted(set(workloads or ()) - set(WORKLOADS))
+    if unknown:
+        raise ValueError(f"--workload: unknown {unknown}; known: {', '.join(WORKLOADS)}")
+    chosen = dict(BASE_CANDIDATES)
+    for text in candidates:
+        name, config = parse_candidate(text)
+        if name in chosen or name in RESERVED:
+            raise ValueError(f"--candidate {name}: the name is taken")
+        chosen[name] = config
+    stage_candidates = DEFAULT_STAGE_CANDIDATES
+    if stages is not None:
+        stage_candidates = tuple(s for s in stages.split(",") if s)
+        unknown = sorted(set(stage_candidates) - set(chosen) - {"before"})
+        if unknown:
+            raise ValueError(f"--stages: unknown candidates {unknown}")
+    module = None
+    if before:
+        try:
+            module = importlib.import_module(before)
+        except ImportError as exc:
+            raise ValueError(f"--before {before}: {exc}") from None
+        if not hasattr(module, "Pipeline"):
+            raise ValueError(f"--before {before}: the module has no Pipeline")
+    return Options(tuple(workloads or WORKLOADS), chosen, stage_candidates, module)
+
+
+def tune_workload(name: str, w: Workload, opts: Options, log: Callable[[str], None] = print) -> dict[str, float]:
+    """Median us per call of ``label:call`` (every candidate) and ``label:stage`` (mrv2 and the
+    stage candidates), all interleaved in one measurement."""
+    copies = input_copies(w, "cold")
+    factories = {"mrv2": mrv2.Pipeline}
+    factories.update({k: functools.partial(fast.Pipeline, config=c) for k, c in opts.candidates.items()})
+    if opts.before is not None:
+        factories["before"] = opts.before.Pipeline  # its own default_config
+    ops = {}
+    for label, factory in factories.items():
+        pipes = [factory(**inputs) for inputs in copies]
+        for p in pipes:
+            p.run()
+        ops[f"{label}:call"] = [p.run for p in pipes]
+        if label == "mrv2" or label in opts.stage_candidates:
+            # Kernels alone, on pipelines of their own (measure.stage_calls)
+            for stage, calls in stage_calls([factory(**inputs) for inputs in copies]).items():
+                ops[f"{label}:{stage}"] = calls
+    torch.cuda.synchronize()
+    # enough calls per sample to rotate through every input copy
+    cfg = dataclasses.replace(TIMING, calls_per_sample=max(TIMING.calls_per_sample, len(copies)))
+    out = {label: t.median * 1e6 for label, t in measure_interleaved(ops, cfg).items()}
+    calls = {k.split(":")[0]: v for k, v in out.items() if k.endswith(":call")}
+    best_us, best = min((v, k) for k, v in calls.items() if k != "mrv2")
+    log(
+        f"{name}: "
+        + "  ".join(f"{k} {v:.1f}" for k, v in calls.items())
+        + f"  | best {best} {best_us:.1f} us ({calls['mrv2'] / best_us:.2f}x mrv2)"
+    )
+    for label in ("mrv2", *(c for c in opts.stage_candidates if c in factories)):
+        stages = {k.split(":")[1]: v for k, v in out.items() if k.startswith(label + ":") and not k.endswith(":call")}
+        log(f"    {label} stages: " + "  ".join(f"{k} {v:.1f}" for k, v in stages.items()))
+    return out
+
+
+def run(opts: Options, out: Path, log: Callable[[str], None] = print) -> dict:
+    """Tune every workload of ``opts`` in turn; ``out`` is rewritten after each (a run cut short
+    keeps what it measured). Needs a CUDA GPU."""
+    results = {
+        "device": torch.cuda.get_device_name(),
+        "unit": "us per call, median, cold L2",
+        "candidates": {k: dataclasses.asdict(v) for k, v in opts.candidates.items()},
+        "workloads": {},
+    }
+    start = time.monotonic()
+    for name in opts.workloads:
+        results["workloads"][name] = tune_workload(name, WORKLOADS[name], opts, log)
+        out.write_text(json.dumps(results, indent=1))
+    log(f"specsample tune: {len(opts.workloads)} workloads in {time.monotonic() - start:.0f} s -> {out}")
+    return results

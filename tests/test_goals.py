@@ -1,0 +1,149 @@
+"""``specsample goals`` (specsample.devtools.goals): the goals report, on a hand-made results
+frame whose ratios are known, with the packaged goals and with goals files of its own."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+from specsample import cli
+from specsample.devtools import goals
+
+COMMIT = "c1b5b1ca" + "0" * 32
+BASE = dict(num_reqs=128, num_speculative_steps=4, vocab_size=151936, placeholder_pattern="trailing", draft="logits")
+
+
+def _frame() -> pd.DataFrame:
+    rows = []
+
+    def add(metric, sweep, subject, value, **point):
+        row = dict(BASE, mode="standard", placeholder_density=0.0)
+        row.update(metric=metric, sweep=sweep, subject=subject, value=value, **point)
+        rows.append(row)
+
+    # goal 1: fast block 90 / 300 = 0.300, mrv2 270 / 300 = 0.900; a random-pattern row is ignored
+    for subject, phi0, phi1 in (("fast", 300.0, 90.0), ("mrv2", 300.0, 270.0)):
+        add("track_latency_us", "Density", subject, phi0, mode="block")
+        add("track_latency_us", "Density", subject, phi1, mode="block", placeholder_density=1.0)
+    rows.append(dict(rows[-1], placeholder_pattern="random", value=1.0))
+    # goal 1 again, standard: fast 100 / 250 = 0.400 (misses 0.30)
+    add("track_latency_us", "Density", "fast", 250.0)
+    add("track_latency_us", "Density", "fast", 100.0, placeholder_density=1.0)
+    # goal 2: bandwidth fraction at phi=0.5; a point off the base (R=32) is ignored
+    add("track_bandwidth_fraction", "Density", "fast", 0.5, placeholder_density=0.5)
+    add("track_bandwidth_fraction", "Density", "mrv2", 0.25, placeholder_density=0.5)
+    add("track_bandwidth_fraction", "Density", "fast", 0.99, placeholder_density=0.5, num_reqs=32)
+    # goal 3: fast/mrv2 latency ratios 0.5 and 0.8 -> speedups 2.0 and 1.25; mrv2's own is ignored
+    add("track_ratio_to_mrv2", "Batch", "fast", 0.5, num_reqs=1)
+    add("track_ratio_to_mrv2", "Steps", "fast", 0.8, num_speculative_steps=8)
+    add("track_ratio_to_mrv2", "Steps", "mrv2", 1.0, num_speculative_steps=8)
+    # goal 4: FlashInfer from logits 3x fast at R=32, its kernel alone half of fast; 2x at R=1
+    for subject, value in (("fast", 100.0), ("flashinfer", 300.0), ("flashinfer-kernel", 50.0)):
+        add("track_latency_us", "Peers", subject, value, num_reqs=32, vocab_size=32000)
+    for subject, value in (("fast", 10.0), ("flashinfer", 20.0)):
+        add("track_latency_us", "Peers", subject, value, num_reqs=1, vocab_size=32000)
+    frame = pd.DataFrame(rows)
+    frame["num_reqs"] = frame["num_reqs"].astype("Int64")  # as load_results types them
+    return frame.assign(status="ok")
+
+
+def test_report_computes_each_goal_from_the_packaged_goals():
+    text = goals.report(_frame(), goals.load_goals())
+    lines = text.splitlines()
+    assert lines[0] == (
+        "1. phi=1 / phi=0 latency, base point, trailing (goal: fast <= 0.3, 1.5 / (K + 1) at K = 4): not met (1 of 2)"
+    )
+    assert "   block    logits : fast 0.300, mrv2 0.900   (fast 90.0 / 300.0 us)" in lines
+    assert "   standard logits : fast 0.400   (fast 100.0 / 250.0 us)" in lines
+    assert (
+        "2. bandwidth fraction, base point, phi=0.5, trailing, draft logits (goal: fast >= 0.8): not met (0 of 1)"
+        in lines
+    )
+    assert "   standard: fast 0.500, mrv2 0.250" in lines
+    assert "3. speedup over mrv2, 2 points: geomean 1.581x (goal >= 1.3), slowest 1.250x (goal >= 0.98): met" in lines
+    assert "   Batch        geomean 2.000x" in lines and "   Steps        geomean 1.250x" in lines
+    assert (
+        "   slow: sweep=Steps mode=standard draft=logits R=128 K=8 V=151936 phi=0.0 pattern=trailing -> 1.250x" in lines
+    )
+    assert "4. FlashInfer / fast, Peers sweep (goal: flashinfer / fast >= 3, from logits at R >= 32): met" in lines
+    assert "   R=32   V=32000  : from logits 3.00, kernel alone 0.50   (fast 100.0 us)" in lines
+    assert "   R=1    V=32000  : from logits 2.00   (fast 10.0 us)" in lines  # below R=32: shown, not judged
+    assert lines[-1].startswith("5. lossless: mrv2's random numbers, draw for draw: not a timing")
+
+
+def test_rows_that_did_not_run_are_left_out():
+    frame = _frame()
+    frame.loc[(frame["metric"] == "track_ratio_to_mrv2") & (frame["sweep"] == "Batch"), "status"] = "failed"
+    assert "3. speedup over mrv2, 1 points: geomean 1.250x" in goals.report(frame, goals.load_goals())
+
+
+def test_goals_are_data(tmp_path):
+    spec = goals.load_goals()
+    spec["subject"] = "mrv2"
+    spec["goals"] = [g for g in spec["goals"] if g["name"] == "1"]
+    spec["goals"][0]["goal"] = {"at_most": 0.95}
+    spec["goals"][0]["subjects"] = ["mrv2", "fast"]
+    path = tmp_path / "goals.json"
+    path.write_text(json.dumps(spec))
+    text = goals.report(_frame(), goals.load_goals(path))
+    assert text.splitlines() == [
+        "1. phi=1 / phi=0 latency, base point, trailing (goal: mrv2 <= 0.95): met",
+        "   block    logits : mrv2 0.900, fast 0.300   (mrv2 270.0 / 300.0 us)",
+        "   standard logits : fast 0.400",
+    ]
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (lambda s: s["goals"][0].update(kind="median"), "goal 1: kind must be one of"),
+        (lambda s: s["goals"][1].pop("metric"), "goal 2 (value) lacks metric"),
+        (lambda s: s["goals"][0].update(goal={"note": "x"}), "goal 1: give its threshold as at_least or at_most"),
+        (lambda s: s.pop("base_point"), "goal 1 is at the base point, and there is no base_point"),
+        (lambda s: s.pop("subject"), "no 'subject'"),
+    ],
+)
+def test_bad_goals_files_say_what_is_wrong(tmp_path, change, message):
+    spec = goals.load_goals()
+    change(spec)
+    path = tmp_path / "goals.json"
+    path.write_text(json.dumps(spec))
+    with pytest.raises(goals.GoalsError) as e:
+        goals.load_goals(path)
+    assert message in str(e.value)
+
+
+def _results(frame: pd.DataFrame) -> pd.DataFrame:
+    other = frame.assign(commit="d40178d3" + "0" * 32, date=pd.Timestamp("2026-11-01", tz="UTC"))
+    frame = frame.assign(commit=COMMIT, date=pd.Timestamp("2026-11-30", tz="UTC"))
+    both = pd.concat([frame, other], ignore_index=True)
+    return both.assign(machine="h200", tier="nightly", gpu="NVIDIA H200")
+
+
+def test_select_names_what_exists():
+    df = _results(_frame())
+    rows, machine = goals.select(df, "c1b5")
+    assert machine == "h200" and (rows["commit"] == COMMIT).all() and len(rows) == len(_frame())
+    with pytest.raises(goals.GoalsError, match="no results for commit 0123; newest commits: c1b5b1ca, d40178d3"):
+        goals.select(df, "0123")
+    with pytest.raises(goals.GoalsError, match=r"no quick results .* \(tiers there: nightly\)"):
+        goals.select(df, "c1b5", tier="quick")
+    with pytest.raises(goals.GoalsError, match=r"on a100 \(it has results on h200\)"):
+        goals.select(df, "c1b5", machine="a100")
+    two = pd.concat([df, df.assign(machine="a100")], ignore_index=True)
+    with pytest.raises(goals.GoalsError, match="has results on a100, h200: give --machine"):
+        goals.select(two, "c1b5")
+
+
+def test_cli_prints_the_report(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr("specsample.track.results.load_results", lambda path: (_results(_frame()), []))
+    assert cli.main(["goals", "c1b5b1c", "--results", str(tmp_path)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "commit c1b5b1ca on h200 (NVIDIA H200), nightly tier"
+    assert out[1].startswith("1. phi=1 / phi=0 latency")
+    assert cli.main(["goals", "feed", "--results", str(tmp_path)]) == 2
+    assert "specsample goals: no results for commit feed" in capsys.readouterr().err
+    assert cli.main(["goals", "c1b5b1c", "--results", str(tmp_path / "none")]) == 2
+    assert "no results directory" in capsys.readouterr().err

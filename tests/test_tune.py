@@ -1,0 +1,81 @@
+"""``specsample tune`` (specsample.devtools.tune): its options, checked before any GPU is needed."""
+
+from __future__ import annotations
+
+import pytest
+
+from specsample import cli
+from specsample.devtools import tune
+from specsample.kernels import fast
+
+
+def test_candidate_replaces_fields_of_its_base():
+    name, config = tune.parse_candidate("w8=small:stats_warps=16,fast_log=false,resample_block=512")
+    assert name == "w8"
+    assert config.stats_warps == 16 and config.fast_log is False and config.resample_block == 512
+    # the fields not named keep the base's values
+    assert config.stats_block == fast.SMALL_BATCH_CONFIG.stats_block
+    assert config.speculative_load == fast.SMALL_BATCH_CONFIG.speculative_load
+    assert tune.parse_candidate("same=large")[1] == fast.LARGE_BATCH_CONFIG
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("w8", "expected NAME=BASE"),
+        ("w8=huge:stats_warps=8", "base must be one of"),
+        ("w8=large:stat_warps=8", "unknown Config fields ['stat_warps']"),
+        ("w8=large:stats_warps=3", "power of two"),
+        ("w8=large:stats_warps=eight", "invalid literal"),
+    ],
+)
+def test_bad_candidates_say_why(text, message):
+    with pytest.raises(ValueError) as e:
+        tune.parse_candidate(text)
+    assert message in str(e.value)
+
+
+def test_options_collect_candidates_stages_and_workloads():
+    opts = tune.options(["R1-standard-phi0"], ["w8=large:stats_warps=8"], "large,w8", None)
+    assert opts.workloads == ("R1-standard-phi0",)
+    assert list(opts.candidates) == ["large", "small", "tiny", "w8"]
+    assert opts.candidates["w8"].stats_warps == 8
+    assert opts.stage_candidates == ("large", "w8")
+    assert opts.before is None
+    # nothing given: every workload, fast's three configurations, the default stage candidates
+    default = tune.options()
+    assert default.workloads == tuple(tune.WORKLOADS) and list(default.candidates) == ["large", "small", "tiny"]
+    assert default.stage_candidates == tune.DEFAULT_STAGE_CANDIDATES
+
+
+def test_before_imports_an_earlier_fast_module():
+    assert tune.options(before="specsample.kernels.fast").before is fast
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(workloads=["R3-nothing"]), "--workload: unknown ['R3-nothing']"),
+        (dict(candidates=["small=large:stats_warps=8"]), "--candidate small: the name is taken"),
+        (dict(candidates=["mrv2=large"]), "--candidate mrv2: the name is taken"),
+        (dict(candidates=["a=large", "a=small"]), "--candidate a: the name is taken"),
+        (dict(stages="large,w9"), "--stages: unknown candidates ['w9']"),
+        (dict(before="specsample.kernels.no_such_module"), "--before specsample.kernels.no_such_module"),
+        (dict(before="specsample.schema"), "has no Pipeline"),
+    ],
+)
+def test_bad_options_say_which(kwargs, message):
+    with pytest.raises(ValueError) as e:
+        tune.options(**kwargs)
+    assert message in str(e.value)
+
+
+def test_cli_refuses_bad_options_before_it_needs_a_gpu(capsys, monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["tune", "--candidate", "w8=large:stat_warps=8"]) == 2
+    assert "specsample tune: 'w8=large:stat_warps=8': unknown Config fields" in capsys.readouterr().err
+    # good options and no GPU: refused, nothing written
+    monkeypatch.setattr("specsample.machine.cuda_unavailable", lambda: "no GPU (test)")
+    assert cli.main(["tune", "--candidate", "w8=large:stats_warps=8", "--stages", "w8"]) == 2
+    assert "specsample tune times kernels on a GPU" in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())
