@@ -1,4 +1,4 @@
-"""Paired measurement of two subjects in one process: what ``specsample signoff`` measures.
+"""Paired measurement of two sides, point by point: what ``specsample signoff BASE HEAD`` measures.
 
 Why. On the H200 the clocks are not locked: the same kernel timed in two processes minutes
 apart differs by up to ~6%, so base and head measured in separate asv runs cannot resolve a 5%
@@ -13,34 +13,42 @@ What is paired:
   (:mod:`specsample.subjects.commits`); also when they are one commit, an A/A run;
 - any two subjects (:func:`signoff_subjects`): two vLLM releases (``vllm==A`` against
   ``vllm==B``), two refs of a vLLM checkout (``vllm@main`` against ``vllm@my-branch``), or one of
-  ours against a release, at every point of the tier's sweeps (their ``subject`` axis replaced by
-  the pair).
+  ours against a release, at the points where the tier measures a template subject (``mrv2``).
 
-The measurement runs in worker processes (:mod:`specsample.worker`), so a side that faults costs
-only its own points (recorded as crashed, a failed point). Each side's output is checked at
-every point (:mod:`specsample.semantics`). The result is a tidy frame with the columns of
-:data:`specsample.track.results.COLUMNS`, one row per (side, point), named like the asv benchmark
-of the sweep, so :func:`specsample.track.signoff.compare` reads it unchanged; ``env`` names the
-side (:data:`ENVS`).
+The measurement runs in worker processes (:mod:`specsample.worker`): each point's two sides in
+one process, and a side that faults or hangs costs only its own points (recorded as
+``crashed`` with the reason, which fails the sign-off). Each side's output is checked at every
+point (:mod:`specsample.semantics`). A subject one commit does not have is not measured: the
+other side's row says so (``skipped``, with the reason), and the point is one-sided.
+
+The result is a tidy frame with the columns of :data:`specsample.track.results.COLUMNS`, one
+row per (side, point), named like the asv benchmark of the sweep, so :func:`.stats.compare`
+reads it unchanged; ``env`` names the side (:data:`ENVS`). Verdicts, exit code and report are
+:mod:`.stats` and :mod:`.report`'s, with the paired thresholds (:data:`.stats.PAIRED_MIN_EFFECT`,
+:data:`.stats.PAIRED_MIN_ABS_SECONDS`).
+
+Unknown input (a rev that is not a commit, a subject that cannot be resolved, a sweep or axis
+value the tier does not have) raises :class:`SignoffError` before anything is measured; its
+message names what was given and lists what is known.
 """
 
 from __future__ import annotations
 
-import math
+import contextlib
+import os
 import subprocess
 import time
-from collections.abc import Callable, Collection, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Collection, Iterator, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from scipy import stats as scipy_stats
 
 from ... import tiers, worker
-from ...schema import AXES, POINT_AXES, SYMBOLS
+from ...schema import OUR_SUBJECTS, POINT_AXES, parse_subject
 from ..results import machine_environment, to_frame
-from . import stats
+from . import report, stats
 
 SIDES = ("base", "head")
 # The env column names the side; the commit cannot (A/A runs compare a commit with itself).
@@ -52,22 +60,52 @@ BENCH_MODULE = "bench_sampler"
 METRIC = "time_sample"
 
 
-def points(tier: str, sweeps: Collection[str] | None = None, subjects: Collection[str] | None = None) -> list[tuple]:
-    """``(sweep, point)`` pairs of the tier's sampler sweeps, optionally only some sweeps and
-    subjects (sweep names as in :mod:`specsample.tiers`, e.g. ``"Density"``, any case)."""
-    sampler_sweeps = [s for s in tiers.sweeps(tier) if s.kind == "sampler"]
+class SignoffError(ValueError):
+    """A sign-off that cannot start (see the module docstring); the CLI exits 2 with it."""
+
+
+# ---------------------------------------------------------------------------------------------
+# What is measured
+# ---------------------------------------------------------------------------------------------
+
+
+def points(
+    tier: str,
+    sweeps: Collection[str] | None = None,
+    subjects: Collection[str] | None = None,
+    only: Mapping[str, Collection] | None = None,
+) -> list[tuple[tiers.Sweep, dict]]:
+    """``(sweep, point)`` pairs of the tier's sampler sweeps, optionally only some sweeps
+    (names as in :mod:`specsample.tiers`, e.g. ``"Density"``, any case), some subjects, and
+    points whose axes take given values (``only={"mode": ["block"]}``).
+
+    ``SignoffError`` names a tier, sweep, subject or axis value that selects nothing, and
+    lists what the tier has.
+    """
+    try:
+        sampler_sweeps = [s for s in tiers.sweeps(tier) if s.kind == "sampler"]
+    except ValueError as exc:
+        raise SignoffError(str(exc)) from None
     if sweeps:
         known = {s.name.lower() for s in sampler_sweeps}
         unknown = sorted(n for n in sweeps if n.lower() not in known)
         if unknown:
-            raise ValueError(f"sweep: expected some of {sorted(s.name for s in sampler_sweeps)} "
-                             f"in tier {tier!r}, got {unknown}")  # fmt: skip
+            raise SignoffError(f"sweep: {', '.join(unknown)} not in tier {tier!r}; its sweeps: "
+                               f"{', '.join(s.name for s in sampler_sweeps)}")  # fmt: skip
         wanted = {n.lower() for n in sweeps}
         sampler_sweeps = [s for s in sampler_sweeps if s.name.lower() in wanted]
-    out = [(s, p) for s in sampler_sweeps for p in s.points() if not subjects or p["subject"] in subjects]
-    if subjects and not out:
-        raise ValueError(f"subject: none of {sorted(subjects)} is measured by the selected sweeps of {tier!r}")
-    return out
+    chosen = [(s, p) for s in sampler_sweeps for p in s.points()]
+    selections = [("subject", subjects)] if subjects else []
+    for axis, values in selections + list(dict(only or {}).items()):
+        if axis not in POINT_AXES:
+            raise SignoffError(f"axis: expected one of {', '.join(POINT_AXES)}, got {axis!r}")
+        present = sorted({p[axis] for _, p in chosen}, key=str)
+        unknown = [v for v in values if v not in present]
+        if unknown:
+            raise SignoffError(f"{axis}: {', '.join(map(str, unknown))} not measured by the selected sweeps of "
+                               f"tier {tier!r}; they measure {', '.join(map(str, present))}")  # fmt: skip
+        chosen = [(s, p) for s, p in chosen if p[axis] in set(values)]
+    return chosen
 
 
 def benchmark_name(sweep: tiers.Sweep) -> str:
@@ -77,19 +115,26 @@ def benchmark_name(sweep: tiers.Sweep) -> str:
 
 @dataclass(frozen=True)
 class Side:
-    """One side of a sign-off: what its ``commit`` column says, and the subject it times at a
-    point whose tier subject is ``s`` (``name_of(s)``)."""
+    """One side of a sign-off: what its ``commit`` column says, the subject it times at a point
+    whose tier subject is ``s`` (``name_of(s)``), and the tier subjects it does not have, with
+    the reason (those points are not measured)."""
 
     label: str  # "base" or "head"
     commit: str | None
     date: str | None
     name_of: Callable[[str], str]
+    absent: Mapping[str, str] = field(default_factory=dict)
+
+
+# ---------------------------------------------------------------------------------------------
+# Measurement
+# ---------------------------------------------------------------------------------------------
 
 
 def measure_paired(
     base: Side,
     head: Side,
-    chosen: list[tuple],
+    chosen: list[tuple[tiers.Sweep, dict]],
     *,
     samples: int = DEFAULT_SAMPLES,
     machine: str = "unknown",
@@ -99,37 +144,49 @@ def measure_paired(
     environment: Mapping[str, object] | None = None,
     log: Callable[[str], None] = print,
 ) -> pd.DataFrame:
-    """Time base and head at every ``(sweep, point)`` of ``chosen``, paired and interleaved.
+    """Time base and head at every ``(sweep, point)`` of ``chosen``, paired and interleaved, in
+    worker processes.
 
     Returns a frame of :data:`specsample.track.results.COLUMNS`, one row per side and point:
-    ``status`` "ok" with the samples, "skipped" (the side does not support the point), "failed"
-    or "crashed" (the report lists it and sign-off exits 2). ``semantics`` holds each side's
-    output check at the point.
+    ``status`` "ok" with the samples, "skipped" (the side does not support the point, or the
+    other side lacks its subject: not measured), "failed" or "crashed" with the ``reason``.
+    ``semantics`` holds each side's output check at the point. ``attrs``: ``provenance`` (per
+    subject timed), ``workers`` (processes started) and ``crashes``.
     """
     if samples < 1:
         raise ValueError(f"samples: expected >= 1, got {samples}")
-    units, where = [], {}
+    env = dict(environment) if environment is not None else _environment(device)
+    units, where, rows = [], {}, []
     for i, (sweep, point) in enumerate(chosen):
+        s = point["subject"]
+        missing = {side.label: side.absent[s] for side in (base, head) if s in side.absent}
+        if missing:
+            # Not measured: the side that has the subject gets a row saying why; the side without
+            # it gets none (the point is one-sided), unless neither has it (skipped on both).
+            why = "; ".join(f"{label} has no subject {s} ({reason})" for label, reason in missing.items())
+            for side in (base, head):
+                if side.label in missing and len(missing) == 1:
+                    continue
+                record = {"status": "skipped", "reason": f"not measured: {why}"}
+                rows.append(_row(side, side.name_of(s), sweep, point, record, machine=machine, env=env))
+            continue
         key = f"{sweep.class_name}/{i}"
-        names = (base.name_of(point["subject"]), head.name_of(point["subject"]))
+        names = (base.name_of(s), head.name_of(s))
         units.append(worker.Unit(key, {k: v for k, v in point.items() if k != "subject"}, names, labels=SIDES))
         where[key] = (sweep, point)
     options = worker.JobOptions(l2=l2, calls_per_sample=1 if host else CALLS_PER_SAMPLE, num_samples=samples,
                                 device=device, host=host)  # fmt: skip
     start = time.monotonic()
-    outcome = worker.run_units(units, options, log=log)
-    env = dict(environment) if environment is not None else _environment(device)
-    rows = []
+    outcome = worker.run_units(units, options, log=log) if units else worker.Outcome()
     for unit in units:
         sweep, point = where[unit.key]
         for side, subject in zip((base, head), unit.subjects):
-            record = outcome.records[unit.key].get(side.label)
-            if record is not None:
-                rows.append(_row(side, subject, sweep, point, record, machine=machine, env=env))
+            record = outcome.records[unit.key].get(side.label, {"status": "failed", "reason": "no record came back"})
+            rows.append(_row(side, subject, sweep, point, record, machine=machine, env=env))
     log(f"specsample paired: {len(units)} points in {time.monotonic() - start:.0f} s "
         f"({outcome.workers} worker process{'es' * (outcome.workers != 1)}, {len(outcome.crashes)} crashes)")  # fmt: skip
     frame = to_frame(rows)
-    frame.attrs["provenance"] = outcome.provenance
+    frame.attrs.update(provenance=outcome.provenance, workers=outcome.workers, crashes=list(outcome.crashes))
     return frame
 
 
@@ -143,10 +200,11 @@ def _environment(device: str) -> dict:
 
 def _row(side: Side, subject: str, sweep: tiers.Sweep, point: dict, record: dict, *, machine: str,
          env: Mapping[str, object]) -> dict:  # fmt: skip
-    samples = [float(s) for s in record["samples"]] if record["status"] == "ok" else None
     status = record["status"]
+    samples = [float(s) for s in record.get("samples") or ()] if status == "ok" else None
+    reason = record.get("reason") or record.get("semantics_detail") or None
     if status == "ok" and not samples:
-        status, samples = "failed", None
+        status, samples, reason = "failed", None, "measured no samples"
     row = {
         "commit": side.commit,
         "date": side.date,
@@ -160,36 +218,25 @@ def _row(side: Side, subject: str, sweep: tiers.Sweep, point: dict, record: dict
         "metric": METRIC,
         "unit": "seconds",
         **{k: point.get(k) for k in POINT_AXES},
-        "subject": point["subject"] if side.commit and subject.startswith(point["subject"] + "@") else subject,
+        # Our package at a commit: the tier's subject name (the commit column says which code).
+        "subject": point["subject"] if side.commit else subject,
         "stage": point.get("stage"),
         "status": status,
         "samples": samples,
         "semantics": record.get("semantics"),
-        "reason": record.get("reason") or record.get("semantics_detail") or None,
+        "reason": reason,
     }
     if samples:
         arr = np.asarray(samples)
         q25, q75 = np.percentile(arr, [25, 75])
         row.update(value=float(np.median(arr)), q25=float(q25), q75=float(q75), n_samples=len(arr))
-        row["ci_lo"], row["ci_hi"] = median_ci(arr)
+        row["ci_lo"], row["ci_hi"] = stats.median_ci(arr)
     return row
 
 
-def median_ci(samples: np.ndarray, confidence: float = 0.99) -> tuple[float, float]:
-    """Distribution-free confidence interval of the median: order statistics x_(j), x_(n+1-j)
-    with j from the binomial(n, 1/2) quantile (the whole range when n is too small for it).
-    Sign-off reads it only when the Mann-Whitney test cannot reach alpha with so few samples."""
-    x = np.sort(np.asarray(samples, dtype="float64"))
-    n = len(x)
-    if n == 0:
-        return math.nan, math.nan
-    j = max(int(scipy_stats.binom.ppf((1 - confidence) / 2, n, 0.5)), 1)
-    return float(x[j - 1]), float(x[n - j])
-
-
-def point_label(point: dict) -> str:
-    return " ".join(f"{SYMBOLS[k]}={point[k]}" if k in SYMBOLS and k != "placeholder_pattern" else str(point[k])
-                    for k in AXES if point.get(k) is not None)  # fmt: skip
+def split_sides(frame: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The base and head rows of a :func:`measure_paired` frame."""
+    return frame[frame["env"] == ENVS["base"]], frame[frame["env"] == ENVS["head"]]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -199,7 +246,7 @@ def point_label(point: dict) -> str:
 
 @dataclass
 class SignoffResult:
-    """One paired sign-off: the measurement, the verdicts and the report."""
+    """One paired sign-off: the measurement, the verdicts, the report and the exit code."""
 
     base: str
     head: str
@@ -210,19 +257,26 @@ class SignoffResult:
     seconds: float
 
 
-def split_sides(frame: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """The base and head rows of a :func:`measure_paired` frame."""
-    return frame[frame["env"] == ENVS["base"]], frame[frame["env"] == ENVS["head"]]
-
-
-def _judge(frame, base_label, head_label, title, tier, samples, seconds, alpha, min_effect, min_abs_seconds,
-           key_columns=None) -> tuple[pd.DataFrame, str, int]:  # fmt: skip
+def _judge(frame: pd.DataFrame, *, title: str, notes: list[str], alpha: float, min_effect: float,
+           min_abs_seconds: float, allow_missing: bool, key_columns=None) -> tuple[pd.DataFrame, str, int]:  # fmt: skip
     verdicts = stats.compare(*split_sides(frame), alpha=alpha, min_effect=min_effect,
                              min_abs_seconds=min_abs_seconds, key_columns=key_columns)  # fmt: skip
-    report = stats.report_markdown(verdicts, machine_environment(frame), title=title)
-    report += (f"\nMeasured paired in one process: {base_label} and {head_label} on the same inputs, {samples} "
-               f"samples a side alternated ABBA, {tier} tier, {seconds:.0f} s.\n")  # fmt: skip
-    return verdicts, report, stats.exit_code(verdicts)
+    text = report.report_markdown(verdicts, machine_environment(frame), allow_missing=allow_missing, title=title,
+                                  notes=notes)  # fmt: skip
+    return verdicts, text, stats.exit_code(verdicts, allow_missing=allow_missing)
+
+
+def _how_measured(frame: pd.DataFrame, base: str, head: str, tier: str, sweeps, samples: int, host: bool,
+                  seconds: float) -> list[str]:  # fmt: skip
+    where = f"{tier} tier" + (f" (sweeps {', '.join(sweeps)})" if sweeps else "")
+    workers = frame.attrs.get("workers", 0)
+    notes = [f"Measured paired: at each point {base} and {head} in one worker process on the same inputs, "
+             f"{samples} samples a side alternated ABBA; {where}; {workers} worker "
+             f"process{'es' * (workers != 1)}; {seconds:.0f} s."]  # fmt: skip
+    if host:
+        notes.append("Timed on the host clock under the Triton interpreter (no GPU): the times check the "
+                     "flow and say nothing about GPU latency.")  # fmt: skip
+    return notes
 
 
 def signoff_commits(
@@ -233,43 +287,63 @@ def signoff_commits(
     tier: str = "quick",
     sweeps: Collection[str] | None = None,
     subjects: Collection[str] | None = None,
+    only: Mapping[str, Collection] | None = None,
     samples: int = DEFAULT_SAMPLES,
     machine: str = "unknown",
-    alpha: float = 0.002,
+    alpha: float = stats.ALPHA,
     min_effect: float = stats.PAIRED_MIN_EFFECT,
     min_abs_seconds: float = stats.PAIRED_MIN_ABS_SECONDS,
+    allow_missing: bool = False,
     device: str = "cuda",
     l2: str = "cold",
     host: bool = False,
     environment: Mapping[str, object] | None = None,
     log: Callable[[str], None] = print,
 ) -> SignoffResult:
-    """Our subjects at ``base`` against the same subjects at ``head`` (commits of ``repo``; one
-    commit on both sides is an A/A run), measured paired and judged
-    (:func:`specsample.track.signoff.compare`). ``ValueError`` for a rev that is not a commit."""
-    import os
+    """Our subjects at ``base`` against the same subjects at ``head`` (revs of ``repo``; one
+    commit on both sides is an A/A run), measured paired (:func:`measure_paired`) and judged
+    (:func:`.stats.compare`, :func:`.stats.exit_code`).
 
-    from ...subjects.commits import resolve_commit
-    from ...subjects.base import SubjectError
-
-    repo = Path(repo)
-    os.environ["SPECSAMPLE_REPO"] = str(repo)  # the workers resolve NAME@COMMIT in this repository
+    ``tier``, ``sweeps``, ``subjects`` and ``only`` select the points (:func:`points`). A subject
+    one commit lacks is not measured and its points are one-sided. ``SignoffError`` for a rev
+    that is not a commit (listing the repository's refs and newest commits), a commit whose
+    package cannot be loaded, or a selection that selects nothing.
+    """
+    repo = Path(repo).resolve()
     start = time.monotonic()
-    try:
-        base_sha, head_sha = (resolve_commit(repo, rev) for rev in (base, head))
-    except SubjectError as exc:
-        raise ValueError(str(exc)) from None
-    log(f"specsample signoff: base {base_sha[:8]} vs head {head_sha[:8]}, {tier} tier, "
-        f"{samples} samples a side, paired in one process")  # fmt: skip
-    sides = [Side(label, sha, _commit_date(repo, sha), lambda s, sha=sha: f"{s}@{sha}")
-             for label, sha in (("base", base_sha), ("head", head_sha))]  # fmt: skip
-    chosen = points(tier, sweeps, subjects)
-    frame = measure_paired(*sides, chosen, samples=samples, machine=machine, device=device, l2=l2, host=host,
-                           environment=environment, log=log)  # fmt: skip
+    base_sha, head_sha = resolve_rev(repo, base), resolve_rev(repo, head)
+    chosen = points(tier, sweeps, subjects, only)
+    # Two commits of this repository sign off our subjects; a tier's vLLM subjects (the nightly
+    # Vllm sweep) are the same code on both sides and are compared with signoff_subjects.
+    others = sorted({p["subject"] for _, p in chosen} - set(OUR_SUBJECTS))
+    if others and subjects:
+        raise SignoffError(f"subject: {', '.join(others)} not ours: two commits sign off our subjects "
+                           f"({', '.join(OUR_SUBJECTS)}); compare vLLM subjects as `signoff vllm==A vllm==B`")  # fmt: skip
+    chosen = [(s, p) for s, p in chosen if p["subject"] in OUR_SUBJECTS]
+    if not chosen:
+        raise SignoffError(f"tier {tier!r}: the selected sweeps measure none of our subjects")
+    wanted = sorted({p["subject"] for _, p in chosen}, key=OUR_SUBJECTS.index)
+    log(f"specsample signoff: base {base_sha[:8]} vs head {head_sha[:8]}, {tier} tier, {len(chosen)} points, "
+        f"{samples} samples a side, paired")  # fmt: skip
+    with repository_env(repo):
+        sides = []
+        for label, sha in (("base", base_sha), ("head", head_sha)):
+            absent = subjects_absent(sha, wanted, label)
+            for name, why in absent.items():
+                log(f"specsample signoff: {label} {sha[:8]} has no subject {name}: its points are one-sided ({why})")
+            sides.append(Side(label, sha, _commit_date(repo, sha), lambda s, sha=sha: f"{s}@{sha}", absent))
+        frame = measure_paired(*sides, chosen, samples=samples, machine=machine, device=device, l2=l2, host=host,
+                               environment=environment, log=log)  # fmt: skip
     seconds = time.monotonic() - start
-    verdicts, report, code = _judge(frame, "base", "head", f"specsample sign-off: {head_sha[:8]} vs {base_sha[:8]}",
-                                    tier, samples, seconds, alpha, min_effect, min_abs_seconds)  # fmt: skip
-    return SignoffResult(base_sha, head_sha, frame, verdicts, report, code, seconds)
+    notes = _how_measured(frame, "base", "head", tier, sweeps, samples, host, seconds)
+    if others:
+        notes.append(f"Not part of a sign-off of two commits: the tier's subjects {', '.join(others)} (not ours).")
+    notes += [f"Not measured: subject `{name}` is not at {side.label} `{side.commit[:8]}` ({why})."
+              for side in sides for name, why in side.absent.items()]  # fmt: skip
+    title = f"specsample sign-off: {head_sha[:8]} vs {base_sha[:8]}"
+    verdicts, text, code = _judge(frame, title=title, notes=notes, alpha=alpha, min_effect=min_effect,
+                                  min_abs_seconds=min_abs_seconds, allow_missing=allow_missing)  # fmt: skip
+    return SignoffResult(base_sha, head_sha, frame, verdicts, text, code, seconds)
 
 
 def signoff_subjects(
@@ -279,11 +353,13 @@ def signoff_subjects(
     tier: str = "quick",
     sweeps: Collection[str] | None = None,
     template: str = "mrv2",
+    only: Mapping[str, Collection] | None = None,
     samples: int = DEFAULT_SAMPLES,
     machine: str = "unknown",
-    alpha: float = 0.002,
+    alpha: float = stats.ALPHA,
     min_effect: float = stats.PAIRED_MIN_EFFECT,
     min_abs_seconds: float = stats.PAIRED_MIN_ABS_SECONDS,
+    allow_missing: bool = False,
     device: str = "cuda",
     l2: str = "cold",
     host: bool = False,
@@ -291,19 +367,121 @@ def signoff_subjects(
     log: Callable[[str], None] = print,
 ) -> SignoffResult:
     """Subject ``base`` against subject ``head`` (e.g. ``vllm==0.32.0`` and ``vllm==0.33.0``,
-    or ``vllm@main`` and ``vllm@my-branch``) at the points the tier measures ``template`` at."""
+    or ``vllm@main`` and ``vllm@my-branch``) at the points the tier measures ``template`` at.
+    ``SignoffError`` for a subject that cannot be resolved (listing the known ones)."""
     start = time.monotonic()
-    log(f"specsample signoff: base {base} vs head {head}, {tier} tier, {samples} samples a side, "
-        f"paired in one process")  # fmt: skip
+    for name in (base, head):
+        check_subject(name)
+    chosen = points(tier, sweeps, [template], only)
+    log(f"specsample signoff: base {base} vs head {head}, {tier} tier, {len(chosen)} points, {samples} samples "
+        f"a side, paired")  # fmt: skip
     sides = [Side("base", None, None, lambda s: base), Side("head", None, None, lambda s: head)]
-    chosen = points(tier, sweeps, [template])
     frame = measure_paired(*sides, chosen, samples=samples, machine=machine, device=device, l2=l2, host=host,
                            environment=environment, log=log)  # fmt: skip
     seconds = time.monotonic() - start
+    notes = _how_measured(frame, f"`{base}`", f"`{head}`", tier, sweeps, samples, host, seconds)
     key = [c for c in stats.default_key(frame, frame) if c != "subject"]
-    verdicts, report, code = _judge(frame, f"`{base}`", f"`{head}`", f"specsample sign-off: {head} vs {base}",
-                                    tier, samples, seconds, alpha, min_effect, min_abs_seconds, key)  # fmt: skip
-    return SignoffResult(base, head, frame, verdicts, report, code, seconds)
+    verdicts, text, code = _judge(frame, title=f"specsample sign-off: {head} vs {base}", notes=notes, alpha=alpha,
+                                  min_effect=min_effect, min_abs_seconds=min_abs_seconds,
+                                  allow_missing=allow_missing, key_columns=key)  # fmt: skip
+    return SignoffResult(base, head, frame, verdicts, text, code, seconds)
+
+
+# ---------------------------------------------------------------------------------------------
+# Names: commits and subjects, resolved before anything is measured
+# ---------------------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def repository_env(repo: Path) -> Iterator[None]:
+    """``$SPECSAMPLE_REPO`` = ``repo`` inside (the workers resolve ``NAME@COMMIT`` there), as
+    before afterwards."""
+    saved = os.environ.get("SPECSAMPLE_REPO")
+    os.environ["SPECSAMPLE_REPO"] = str(repo)
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop("SPECSAMPLE_REPO", None)
+        else:
+            os.environ["SPECSAMPLE_REPO"] = saved
+
+
+def resolve_rev(repo: Path, rev: str) -> str:
+    """The full hash of ``rev`` in ``repo``; ``SignoffError`` naming it and listing the
+    repository's refs and newest commits otherwise."""
+    from ...subjects.base import SubjectError
+    from ...subjects.commits import resolve_commit
+
+    try:
+        return resolve_commit(repo, rev)
+    except SubjectError:
+        raise SignoffError(f"{rev!r} is not a commit of {repo}; {known_revs(repo)}") from None
+
+
+def known_revs(repo: Path, newest: int = 5, max_refs: int = 20) -> str:
+    """The branches, tags and newest commits of ``repo``, for an error message."""
+
+    def git(*args: str) -> list[str]:
+        proc = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True)
+        return proc.stdout.splitlines() if proc.returncode == 0 else []
+
+    refs = git("for-each-ref", "--format=%(refname:short)", "refs/heads", "refs/tags")
+    log = git("log", f"-{newest}", "--format=%h %s")
+    if not refs and not log:
+        return "it is not a git repository with commits"
+    more = f" (and {len(refs) - max_refs} more)" if len(refs) > max_refs else ""
+    return (f"known refs: {', '.join(refs[:max_refs]) or 'none'}{more}; newest commits: "
+            + "; ".join(log))  # fmt: skip
+
+
+def subjects_absent(sha: str, names: Collection[str], label: str = "commit") -> dict[str, str]:
+    """Which of our subjects ``names`` commit ``sha`` does not have, with the reason. Loads the
+    commit's package in this process (once per process, :mod:`specsample.subjects.commits`);
+    ``SignoffError`` when it cannot be loaded at all (that is not a missing subject)."""
+    from ... import subjects
+    from ...subjects import commits
+
+    try:
+        commits.checkout(sha)
+    except subjects.SubjectError as exc:
+        raise SignoffError(f"{label} {sha[:8]} cannot be measured: {exc}") from None
+    absent = {}
+    for name in names:
+        try:
+            subjects.get(f"{name}@{sha}")
+        except subjects.SubjectError as exc:
+            # "NAME@SHA: the commit has no subject 'NAME' (its registry's own error)": the first
+            # part says it; the registry's message (a list of forms) would only bury it.
+            text = str(exc)
+            absent[name] = "its registry has no such subject" if "has no subject" in text else text
+    return absent
+
+
+def check_subject(name: str) -> None:
+    """Resolve subject ``name`` here (loading it once); ``SignoffError`` naming it and listing
+    the known subjects when it cannot be."""
+    from ... import subjects
+
+    try:
+        parse_subject(name)
+        subjects.get(name)
+    except (subjects.SubjectError, ValueError) as exc:
+        raise SignoffError(f"{exc}; {known_subjects()}") from None
+
+
+def known_subjects() -> str:
+    """What subject names resolve here, for an error message."""
+    from ...subjects.vllm import store
+
+    try:
+        cached = store.cached_releases()
+    except Exception:  # noqa: BLE001 - an unreadable cache lists nothing
+        cached = []
+    cached_text = ", ".join(f"vllm=={v}" for v in cached) or "none"
+    return (f"known subjects: {', '.join(OUR_SUBJECTS)} (ours); NAME@COMMIT (one of ours at a commit); vLLM "
+            f"releases in the cache: {cached_text} (`specsample vllm fetch X.Y.Z` fetches one of "
+            f"{', '.join(tiers.MRV2_RELEASES)}); vllm@REF (a commit of --vllm-repo); vllm (the installed one)")  # fmt: skip
 
 
 def _commit_date(repo: Path, sha: str) -> str:

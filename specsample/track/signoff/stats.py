@@ -1,8 +1,9 @@
 """Sign-off: is head slower than base? Pure functions on the results frame.
 
-Every function takes frames shaped like :func:`specsample.results.load_results` output (select
-the base and head commits first) and returns a frame or a value; nothing here reads files or
-parses arguments (``cli.py`` does). Thresholds are keyword arguments.
+Every function takes frames shaped like :func:`specsample.track.results.load_results` output
+(one commit, or one side, selected first) and returns a frame or a value; nothing here reads
+files, measures or parses arguments (:mod:`specsample.cli` and :mod:`.paired` do). Thresholds
+are keyword arguments.
 
 The test mirrors ``asv continuous`` (asv 0.6.6, ``asv/_stats.py: is_different``): a two-sided
 Mann-Whitney U on the recorded samples when the sample sizes can reach ``p < alpha`` at all,
@@ -13,16 +14,17 @@ measurement's drift are not worth blocking a PR over.
 
 Two defaults for ``min_effect``, because the drift depends on how the two sides were measured:
 
-* :data:`PAIRED_MIN_EFFECT` = 2% for ``specsample signoff BASE HEAD``
-  (:mod:`specsample.track.signoff.paired`): base and head timed in one process on the same inputs, samples
-  alternated ABBA, so clock drift cancels and an A/A run is expected to differ by well under
-  1%. 2% sits above that noise floor with margin and well below the 5% slowdown the sign-off
-  must catch (a 5% regression clears it by 3 points; significance comes from 30 samples a
-  side). Validated by ``specsample signoff validate`` (A/A runs and planted 3/5/10%
-  slowdowns, the residual-mass kernel's test-only ``ballast_iters``).
+* :data:`PAIRED_MIN_EFFECT` = 2% for ``specsample signoff BASE HEAD`` (:mod:`.paired`): base
+  and head timed in one process on the same inputs, samples alternated ABBA, so clock drift
+  cancels and an A/A run is expected to differ by well under 1%. 2% sits above that noise
+  floor with margin and well below the 5% slowdown the sign-off must catch (a 5% regression
+  clears it by 3 points; significance comes from 30 samples a side). Validated by
+  ``specsample signoff-validate`` (:mod:`.validate`: A/A runs and planted 3/5/10% slowdowns,
+  the residual-mass kernel's test-only ``ballast_iters``).
 * :data:`ASV_MIN_EFFECT` = 5% (asv's own) for results measured in separate processes (committed
   asv results, ``--variants``): there the same kernel differs by up to ~6% between processes on
-  the H200, so a smaller threshold would flag noise.
+  the H200, so a smaller threshold would flag noise. ``specsample signoff-validate`` measures
+  this comparison's false alarms too (its separate-process rows).
 
 Time points must also move by more than ``min_abs_seconds`` (:data:`PAIRED_MIN_ABS_SECONDS` =
 0.5 us for the paired sign-off). Base and head run on separate buffers and graph instances,
@@ -30,34 +32,49 @@ and that placement alone offsets a point by a roughly constant few hundred nanos
 the H200 validation of the whole quick tier (5 A/A runs, 90 points) the same code differed by
 up to 0.39 us, 3.2% of an 11.9 us point, at p < 1e-8, while no point of 30 us or more moved
 by 1.4%. A relative threshold alone therefore cries wolf on the smallest points only.
+
+Strictness (issue 19): a sign-off passes only on what it verified.
+
+* A point that **crashed** or **failed** on either side is a failed sign-off (exit 2), whatever
+  the other points say: it was not verified, and a crash is a bug.
+* Head **violating placeholder semantics** at a point where base does not
+  (:data:`specsample.schema.SEMANTICS`) is a failed sign-off too (exit 2): a faster wrong
+  kernel is not an improvement.
+* A point measured on **one side only** (absent from the other side, or skipped there) is
+  ``missing`` (base has it, head not) or ``new`` (head has it, base not): exit 2 unless the
+  caller allows them (``--allow-missing``), and then the report lists them.
+* No point compared at all is exit 2: a gate must not pass on no data.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Mapping
+from collections.abc import Collection
 
 import numpy as np
 import pandas as pd
-from scipy import stats
+from scipy import stats as scipy_stats
 
-from ...schema import SYMBOLS
+from ...schema import SEMANTICS
 from ..results import COLUMNS, PARAM_COLUMNS
 
 # ---------------------------------------------------------------------------------------------
 # Contract
 # ---------------------------------------------------------------------------------------------
 
-# Every verdict compare() can return. Beyond regression / improvement / unchanged / failed:
-# "skipped" when head skipped the point (NotImplementedError in setup), "new" when head has a
-# value but base has none to compare with, "missing" when the point disappeared from head.
-VERDICTS: tuple[str, ...] = (
-    "regression", "improvement", "unchanged", "failed", "skipped", "new", "missing",
-)
+# Every verdict compare() can return, by what it means for the exit code (exit_code()):
+# compared points (both sides ok), failures (exit 2), one-sided points (exit 2 unless allowed),
+# and points both sides skipped (not applicable; no effect).
+COMPARED_VERDICTS: tuple[str, ...] = ("regression", "improvement", "unchanged")
+FAILED_VERDICTS: tuple[str, ...] = ("crashed", "failed", "violation")
+ONE_SIDED_VERDICTS: tuple[str, ...] = ("missing", "new")
+VERDICTS: tuple[str, ...] = (*COMPARED_VERDICTS, *FAILED_VERDICTS, *ONE_SIDED_VERDICTS, "skipped")
 
 # How significance was decided for a point.
 TESTS: tuple[str, ...] = ("mann-whitney", "ci-overlap", "ratio-only", "none")
 
+# asv's default significance level (asv continuous / compare).
+ALPHA = 0.002
 # min_effect defaults (module docstring): paired in-process sign-off, separate-process results.
 PAIRED_MIN_EFFECT = 0.02
 ASV_MIN_EFFECT = 0.05
@@ -70,17 +87,19 @@ TIME_UNITS: dict[str, float] = {"seconds": 1.0, "s": 1.0, "ms": 1e-3, "us": 1e-6
 # which would flag a rise in achieved bandwidth as a regression.
 HIGHER_IS_BETTER: tuple[str, ...] = ("track_bandwidth_fraction",)
 
+# The semantics that fails a sign-off when head has it and base does not.
+VIOLATES = SEMANTICS[2]
+assert VIOLATES == "violates placeholder semantics"
+
 # Columns compare() adds after the key columns.
 VERDICT_COLUMNS: tuple[str, ...] = (
-    "metric", "unit", "base_commit", "head_commit", "base_value", "head_value", "ratio",
-    "p_value", "test", "significant", "base_rel_iqr", "head_rel_iqr", "verdict",
-)
+    "metric", "unit", "base_commit", "head_commit", "base_status", "head_status", "base_value", "head_value",
+    "ratio", "p_value", "test", "significant", "base_rel_iqr", "head_rel_iqr", "base_semantics",
+    "head_semantics", "base_reason", "head_reason", "verdict",
+)  # fmt: skip
 
 # Payload carried from each side into the comparison, renamed base_* / head_*.
-_SIDE_COLUMNS = ("commit", "value", "status", "samples", "ci_lo", "ci_hi", "q25", "q75")
-
-# Short labels for the markdown tables; the frame keeps the full names.
-_PARAM_LABELS = {k: v for k, v in SYMBOLS.items() if k != "placeholder_pattern"}
+_SIDE_COLUMNS = ("commit", "value", "status", "samples", "ci_lo", "ci_hi", "q25", "q75", "semantics", "reason")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -92,7 +111,7 @@ def compare(
     base: pd.DataFrame,
     head: pd.DataFrame,
     *,
-    alpha: float = 0.002,
+    alpha: float = ALPHA,
     min_effect: float = ASV_MIN_EFFECT,
     min_abs_seconds: float = 0.0,
     key_columns: Collection[str] | None = None,
@@ -103,16 +122,18 @@ def compare(
     Parameters
     ----------
     base, head : DataFrame
-        Results frames, each holding one commit (one row per key).
+        Results frames, each holding one side (one row per key).
     alpha : float
-        Significance level of the Mann-Whitney U test (asv's default 0.002).
+        Significance level of the Mann-Whitney U test (:data:`ALPHA`, asv's 0.002).
     min_effect : float
         Smallest relative change that counts: regression iff significant and
         ``ratio > 1 + min_effect``; improvement iff significant and
         ``ratio < 1 / (1 + min_effect)`` (mirrored for ``higher_is_better`` metrics).
+        Default :data:`ASV_MIN_EFFECT`; the paired sign-off passes :data:`PAIRED_MIN_EFFECT`.
     min_abs_seconds : float
         For points in a time unit (:data:`TIME_UNITS`): a change of at most this many seconds
-        is ``unchanged`` whatever its ratio and significance. 0 (default) disables it.
+        is ``unchanged`` whatever its ratio and significance. 0 (default) disables it; the
+        paired sign-off passes :data:`PAIRED_MIN_ABS_SECONDS`.
     key_columns : collection of str, optional
         Columns that identify a point. Default: machine, benchmark, every parameter column
         (the known ones and any extra axis present in both frames).
@@ -122,8 +143,9 @@ def compare(
     Returns
     -------
     DataFrame
-        The key columns, then :data:`VERDICT_COLUMNS`. ``ratio`` is always head / base.
-        Thresholds are kept in ``.attrs["thresholds"]`` for :func:`report_markdown`.
+        The key columns, then :data:`VERDICT_COLUMNS`; ``verdict`` is one of :data:`VERDICTS`
+        (see the module docstring for the strict ones). ``ratio`` is always head / base.
+        Thresholds are kept in ``.attrs["thresholds"]`` for the report.
 
     Raises
     ------
@@ -139,31 +161,32 @@ def compare(
 
 def compare_variants(
     df: pd.DataFrame,
-    base_variant: str,
-    head_variant: str,
+    base_subject: str,
+    head_subject: str,
     *,
-    alpha: float = 0.002,
+    alpha: float = ALPHA,
     min_effect: float = ASV_MIN_EFFECT,
     min_abs_seconds: float = 0.0,
     key_columns: Collection[str] | None = None,
     higher_is_better: Collection[str] = HIGHER_IS_BETTER,
 ) -> pd.DataFrame:
-    """Compare two variants within one frame (e.g. ``"mrv2-pre50939"`` vs ``"mrv2"``).
+    """Compare two subjects within one frame (``specsample signoff --variants mrv2-pre50939 mrv2``).
 
-    Rows are paired on every key column except ``variant``, plus ``commit``, so each pair was
-    measured in the same run. ``ratio`` is head_variant / base_variant; ``base_variant`` and
-    ``head_variant`` columns are added. Other arguments as in :func:`compare`.
+    Rows are paired on every key column except ``subject``, plus ``commit``, so each pair was
+    measured in the same run; the output keeps ``commit`` as a key column. ``ratio`` is
+    head_subject / base_subject; ``base_subject`` and ``head_subject`` columns are added after
+    the key. Other arguments as in :func:`compare` (the defaults are the separate-process ones).
     """
     if key_columns is None:
         key = [c for c in default_key(df, df) if c != "subject"] + ["commit"]
     else:
         key = [c for c in key_columns if c != "subject"]
-    base = df[df["subject"] == base_variant]
-    head = df[df["subject"] == head_variant]
+    base = df[df["subject"] == base_subject]
+    head = df[df["subject"] == head_subject]
     verdicts = compare(base, head, alpha=alpha, min_effect=min_effect, min_abs_seconds=min_abs_seconds,
                        key_columns=key, higher_is_better=higher_is_better)  # fmt: skip
-    verdicts.insert(len(key), "base_variant", base_variant)
-    verdicts.insert(len(key) + 1, "head_variant", head_variant)
+    verdicts.insert(len(key), "base_subject", base_subject)
+    verdicts.insert(len(key) + 1, "head_subject", head_subject)
     return verdicts
 
 
@@ -171,6 +194,19 @@ def default_key(base: pd.DataFrame, head: pd.DataFrame) -> list[str]:
     """machine, benchmark, the known parameter columns, then extra parameter axes in both."""
     extras = [c for c in base.columns if c not in COLUMNS and c in head.columns]
     return ["machine", "benchmark", *PARAM_COLUMNS, *extras]
+
+
+def newest_commit_with(df: pd.DataFrame, subjects: Collection[str]) -> str | None:
+    """The newest commit (by date) of ``df`` that has rows for every one of ``subjects``, or
+    ``None``: what ``--variants`` compares by default."""
+    if df.empty:
+        return None
+    wanted = set(subjects)
+    has_all = df.groupby("commit")["subject"].agg(lambda s: wanted <= set(s))
+    candidates = df[df["commit"].isin(set(has_all[has_all].index))]
+    if candidates.empty:
+        return None
+    return str(candidates.sort_values(["date", "commit"], kind="stable")["commit"].iloc[-1])
 
 
 def _pair(base: pd.DataFrame, head: pd.DataFrame, key: list[str]) -> pd.DataFrame:
@@ -185,8 +221,7 @@ def _pair(base: pd.DataFrame, head: pd.DataFrame, key: list[str]) -> pd.DataFram
             )
         payload = [c for c in _SIDE_COLUMNS if c in side.columns and c not in key]
         labels = [c for c in ("metric", "unit") if c in side.columns and c not in key]
-        renamed = side[key + labels + payload].rename(columns={c: f"{name}_{c}" for c in
-                                                               labels + payload})
+        renamed = side[key + labels + payload].rename(columns={c: f"{name}_{c}" for c in labels + payload})
         sides.append(renamed)
     pairs = sides[0].merge(sides[1], on=key, how="outer", indicator=True, sort=False)
     # metric and unit describe the point, not a side: head's, or base's for a missing point.
@@ -194,6 +229,13 @@ def _pair(base: pd.DataFrame, head: pd.DataFrame, key: list[str]) -> pd.DataFram
         if f"head_{label}" in pairs:
             pairs[label] = pairs[f"head_{label}"].fillna(pairs[f"base_{label}"])
     return pairs
+
+
+def _column(pairs: pd.DataFrame, name: str, dtype: str = "str") -> pd.Series:
+    """A payload column of the pairs, all-missing where neither side had it."""
+    if name in pairs:
+        return pairs[name].astype(dtype) if dtype != "object" else pairs[name]
+    return pd.Series(pd.array([None] * len(pairs), dtype=dtype), index=pairs.index)
 
 
 def _judge(
@@ -210,6 +252,8 @@ def _judge(
     # compare_variants keys on commit, so both sides share the key column instead.
     out["base_commit"] = pairs["base_commit"] if "base_commit" in pairs else pairs.get("commit")
     out["head_commit"] = pairs["head_commit"] if "head_commit" in pairs else pairs.get("commit")
+    out["base_status"] = _column(pairs, "base_status")
+    out["head_status"] = _column(pairs, "head_status")
     out["base_value"] = pairs["base_value"].astype("float64")
     out["head_value"] = pairs["head_value"].astype("float64")
     out["ratio"] = out["head_value"] / out["base_value"]
@@ -219,16 +263,28 @@ def _judge(
     out["significant"] = np.array([t[2] for t in tests], dtype=bool)
     out["base_rel_iqr"] = relative_iqr(_side(pairs, "base"))
     out["head_rel_iqr"] = relative_iqr(_side(pairs, "head"))
+    for column in ("semantics", "reason"):
+        for side in ("base", "head"):
+            out[f"{side}_{column}"] = _column(pairs, f"{side}_{column}")
     # Below the absolute floor: a time point whose change is at most min_abs_seconds.
     per_unit = pd.to_numeric(out["unit"].map(TIME_UNITS), errors="coerce") if "unit" in out else np.nan
     change_seconds = (out["head_value"] - out["base_value"]).abs() * per_unit
     tiny = (change_seconds <= min_abs_seconds).fillna(False).to_numpy(dtype=bool) & (min_abs_seconds > 0)
     out["verdict"] = pd.array(
         [
-            _verdict(merge, bs, hs, ratio, significant and not small, metric in higher_is_better, min_effect)
-            for merge, bs, hs, ratio, significant, small, metric in zip(
-                pairs["_merge"], pairs["base_status"], pairs["head_status"], out["ratio"],
-                out["significant"], tiny, out["metric"],
+            _verdict(
+                merge, bs, hs, bsem, hsem, ratio, significant and not small, metric in higher_is_better, min_effect
+            )
+            for merge, bs, hs, bsem, hsem, ratio, significant, small, metric in zip(
+                pairs["_merge"],
+                out["base_status"],
+                out["head_status"],
+                out["base_semantics"],
+                out["head_semantics"],
+                out["ratio"],
+                out["significant"],
+                tiny,
+                out["metric"],
             )
         ],
         dtype="str",
@@ -246,19 +302,33 @@ def _verdict(
     merge: str,
     base_status: object,
     head_status: object,
+    base_semantics: object,
+    head_semantics: object,
     ratio: float,
     significant: bool,
     higher_better: bool,
     min_effect: float,
 ) -> str:
+    """One point's verdict; the order of the checks is the precedence (module docstring)."""
     if merge == "left_only":
         return "missing"
-    if head_status == "failed":
-        return "failed"
-    if head_status == "skipped":
-        return "skipped"
-    if merge == "right_only" or base_status != "ok" or not np.isfinite(ratio):
+    if merge == "right_only":
         return "new"
+    statuses = (base_status, head_status)
+    if "crashed" in statuses:
+        return "crashed"
+    if "failed" in statuses:
+        return "failed"
+    if base_status == "skipped" and head_status == "skipped":
+        return "skipped"
+    if head_status == "skipped":
+        return "missing"  # head stopped running a point base measured
+    if base_status == "skipped":
+        return "new"
+    if base_status != "ok" or head_status != "ok" or not np.isfinite(ratio):
+        return "failed"  # a status outside the contract, or an ok point without a value
+    if head_semantics == VIOLATES and base_semantics != VIOLATES:
+        return "violation"
     slower = 1.0 / ratio if higher_better else ratio
     if significant and slower > 1.0 + min_effect:
         return "regression"
@@ -274,11 +344,11 @@ def _verdict(
 
 def _significance(row, alpha: float) -> tuple[float, str, bool]:
     """(p_value, test, significant) for one paired row."""
-    if row.base_status != "ok" or row.head_status != "ok":
+    if getattr(row, "base_status", None) != "ok" or getattr(row, "head_status", None) != "ok":
         return math.nan, "none", False
     a, b = _clean(getattr(row, "base_samples", None)), _clean(getattr(row, "head_samples", None))
     if a is not None and b is not None and min_p_value(len(a), len(b)) < alpha:
-        p = float(stats.mannwhitneyu(a, b, alternative="two-sided").pvalue)
+        p = float(scipy_stats.mannwhitneyu(a, b, alternative="two-sided").pvalue)
         return p, "mann-whitney", p < alpha
     ci = [getattr(row, f"{s}_{c}", math.nan) for s in ("base", "head") for c in ("ci_lo", "ci_hi")]
     if all(_finite(x) for x in ci):
@@ -298,6 +368,18 @@ def min_p_value(n_a: int, n_b: int) -> float:
     if n_a == 0 or n_b == 0:
         return 1.0
     return min(1.0, 2.0 / math.comb(n_a + n_b, n_a))
+
+
+def median_ci(samples, confidence: float = 0.99) -> tuple[float, float]:
+    """Distribution-free confidence interval of the median: order statistics x_(j), x_(n+1-j)
+    with j from the binomial(n, 1/2) quantile (the whole range when n is too small for it).
+    Sign-off reads it only when the Mann-Whitney test cannot reach alpha with so few samples."""
+    x = np.sort(np.asarray(samples, dtype="float64"))
+    n = len(x)
+    if n == 0:
+        return math.nan, math.nan
+    j = max(int(scipy_stats.binom.ppf((1 - confidence) / 2, n, 0.5)), 1)
+    return float(x[j - 1]), float(x[n - j])
 
 
 def _clean(samples: object) -> np.ndarray | None:
@@ -349,187 +431,27 @@ def noise_level(df: pd.DataFrame) -> float:
     return float(rel.median()) if len(rel) else math.nan
 
 
-def exit_code(verdicts: pd.DataFrame) -> int:
-    """0 pass, 1 a regression, 2 a failed benchmark point (takes precedence: unverified).
+def counts(verdicts: pd.DataFrame) -> dict[str, int]:
+    """Points per verdict, every one of :data:`VERDICTS` present (0 where none)."""
+    found = verdicts["verdict"].value_counts() if "verdict" in verdicts else pd.Series(dtype=int)
+    return {v: int(found.get(v, 0)) for v in VERDICTS}
 
-    An empty comparison is 2 as well: nothing was verified (usually a wrong commit selected),
-    and a gate must not pass on no data.
+
+def exit_code(verdicts: pd.DataFrame, *, allow_missing: bool = False) -> int:
+    """0 pass, 1 a regression, 2 not verified (takes precedence over a regression).
+
+    2 when: a point crashed, failed or violates placeholder semantics at head only
+    (:data:`FAILED_VERDICTS`); a point is one-sided (:data:`ONE_SIDED_VERDICTS`) and
+    ``allow_missing`` is false; or no point was compared at all (an empty comparison, usually
+    a wrong commit or subject, or every point skipped or one-sided).
     """
-    if verdicts.empty:
+    n = counts(verdicts)
+    if any(n[v] for v in FAILED_VERDICTS):
         return 2
-    found = set(verdicts["verdict"])
-    if "failed" in found:
+    if not allow_missing and any(n[v] for v in ONE_SIDED_VERDICTS):
         return 2
-    if "regression" in found:
+    if not any(n[v] for v in COMPARED_VERDICTS):
+        return 2
+    if n["regression"]:
         return 1
     return 0
-
-
-# ---------------------------------------------------------------------------------------------
-# Markdown report
-# ---------------------------------------------------------------------------------------------
-
-
-def report_markdown(
-    verdicts: pd.DataFrame,
-    machine_info: Mapping[str, object] | None = None,
-    *,
-    max_rows: int = 40,
-    title: str = "specsample sign-off",
-) -> str:
-    """A markdown report of :func:`compare` output, fit to paste into a PR.
-
-    Parameters
-    ----------
-    verdicts : DataFrame
-        Output of :func:`compare` or :func:`compare_variants`.
-    machine_info : mapping, optional
-        Keys among machine, gpu, driver, cuda, torch, triton (see
-        :func:`specsample.results.machine_environment`); missing keys are left out.
-    max_rows : int
-        Rows shown per table; the rest are counted.
-    title : str
-        Heading.
-    """
-    counts = verdicts["verdict"].value_counts()
-    sections = [
-        f"## {title}",
-        _summary_line(verdicts, counts),
-        _thresholds_line(verdicts),
-        _table_section("Regressions", verdicts, "regression", max_rows, ascending=False),
-        _table_section("Improvements", verdicts, "improvement", max_rows, ascending=True),
-        _failed_section(verdicts, max_rows),
-        _counts_line(counts),
-        _noise_line(verdicts),
-        _machine_line(machine_info),
-    ]
-    return "\n\n".join(s for s in sections if s) + "\n"
-
-
-def _summary_line(verdicts: pd.DataFrame, counts: pd.Series) -> str:
-    n_reg, n_fail = int(counts.get("regression", 0)), int(counts.get("failed", 0))
-    code = exit_code(verdicts)
-    status = {0: "PASS", 1: "FAIL", 2: "FAIL"}[code]
-    what = []
-    if n_reg:
-        what.append(f"{n_reg} regression{'s' * (n_reg != 1)}")
-    if n_fail:
-        what.append(f"{n_fail} failed point{'s' * (n_fail != 1)}")
-    if verdicts.empty:
-        return "**FAIL**: no points to compare (check the selected commits)."
-    if not what:
-        what.append("no significant regression")
-    commits = _commit_range(verdicts)
-    return f"**{status}**: {', '.join(what)} out of {len(verdicts)} points{commits}."
-
-
-def _commit_range(verdicts: pd.DataFrame) -> str:
-    base = verdicts["base_commit"].dropna().unique()
-    head = verdicts["head_commit"].dropna().unique()
-    if len(base) == 1 and len(head) == 1 and base[0] != head[0]:
-        return f" (base `{str(base[0])[:8]}` → head `{str(head[0])[:8]}`)"
-    if "base_variant" in verdicts and len(verdicts):
-        return (f" (`{verdicts['base_variant'].iloc[0]}` → "
-                f"`{verdicts['head_variant'].iloc[0]}`)")
-    return ""
-
-
-def _thresholds_line(verdicts: pd.DataFrame) -> str:
-    t = verdicts.attrs.get("thresholds")
-    if not t:
-        return ""
-    floor = t.get("min_abs_seconds") or 0.0
-    also = f" and by more than {floor * 1e6:g} µs for times" if floor > 0 else ""
-    return (f"A regression is a change significant at p < {t['alpha']:g} (Mann-Whitney U, or "
-            f"non-overlapping 99% CIs) and worse by more than {100 * t['min_effect']:g}%{also}.")
-
-
-def _table_section(
-    heading: str, verdicts: pd.DataFrame, verdict: str, max_rows: int, ascending: bool
-) -> str:
-    rows = verdicts[verdicts["verdict"] == verdict].sort_values("ratio", ascending=ascending)
-    if rows.empty:
-        return ""
-    lines = [
-        f"### {heading} ({len(rows)})",
-        "",
-        "| benchmark | point | base | head | change | p |",
-        "|---|---|---:|---:|---:|---:|",
-    ]
-    for row in rows.head(max_rows).itertuples(index=False):
-        lines.append(
-            f"| `{row.benchmark}` | {_point_label(row)} | {format_value(row.base_value, row.unit)}"
-            f" | {format_value(row.head_value, row.unit)} | {100 * (row.ratio - 1):+.1f}%"
-            f" | {_format_p(row.p_value, row.test)} |"
-        )
-    if len(rows) > max_rows:
-        lines.append(f"\n… and {len(rows) - max_rows} more.")
-    return "\n".join(lines)
-
-
-def _failed_section(verdicts: pd.DataFrame, max_rows: int) -> str:
-    rows = verdicts[verdicts["verdict"] == "failed"]
-    if rows.empty:
-        return ""
-    lines = [f"### Failed ({len(rows)})", ""]
-    lines += [f"- `{r.benchmark}` {_point_label(r)}" for r in rows.head(max_rows).itertuples()]
-    if len(rows) > max_rows:
-        lines.append(f"- … and {len(rows) - max_rows} more.")
-    return "\n".join(lines)
-
-
-def _counts_line(counts: pd.Series) -> str:
-    rest = [f"{v}: {int(counts.get(v, 0))}" for v in ("unchanged", "skipped", "new", "missing")]
-    return "Unchanged and other points — " + ", ".join(rest) + "."
-
-
-def _noise_line(verdicts: pd.DataFrame) -> str:
-    rel = verdicts["head_rel_iqr"]
-    rel = rel[np.isfinite(rel)]
-    if rel.empty:
-        return "Noise: no point recorded a spread (track_* only)."
-    return (f"Noise: median relative IQR of head {100 * rel.median():.1f}% "
-            f"over {len(rel)} points with samples or quartiles.")
-
-
-def _machine_line(machine_info: Mapping[str, object] | None) -> str:
-    if not machine_info:
-        return ""
-    labels = {"machine": "machine", "gpu": "GPU", "driver": "driver", "cuda": "CUDA",
-              "torch": "torch", "triton": "triton"}
-    parts = [f"{label} `{machine_info[k]}`" for k, label in labels.items()
-             if _present(machine_info.get(k))]
-    return "Machine: " + " · ".join(parts) if parts else ""
-
-
-def _present(value: object) -> bool:
-    return value is not None and value is not pd.NA and not (
-        isinstance(value, float) and math.isnan(value))
-
-
-def _point_label(row) -> str:
-    parts = []
-    for column in PARAM_COLUMNS:
-        value = getattr(row, column, None)
-        if _present(value):
-            parts.append(f"{_PARAM_LABELS.get(column, '')}={value}" if column in _PARAM_LABELS
-                         else str(value))
-    return " ".join(parts)
-
-
-def format_value(value: float, unit: object) -> str:
-    """A value with its unit for humans: seconds scaled to ns/µs/ms, others as-is."""
-    if not np.isfinite(value):
-        return "n/a"
-    if unit == "seconds":
-        for scale, suffix in ((1e-6, "ns"), (1e-3, "µs"), (1.0, "ms")):
-            if abs(value) < scale:
-                return f"{value / scale * 1e3:.3g} {suffix}"
-        return f"{value:.3g} s"
-    return f"{value:.4g} {unit}" if _present(unit) else f"{value:.4g}"
-
-
-def _format_p(p: float, test: str) -> str:
-    if test == "mann-whitney":
-        return f"{p:.1e}"
-    return {"ci-overlap": "CI", "ratio-only": "—"}.get(test, "")
