@@ -1,168 +1,75 @@
-"""Dashboard tests: the static site built from the CPU fixture, and missing data."""
+"""Dashboard tests: the site built from frames the tests make (tests/synthetic_results.py says
+what is planted), through an asv results directory, as ``specsample dashboard`` builds it.
+
+The committed H200 results are checked apart, in tests/test_committed_results.py.
+"""
+
+from __future__ import annotations
 
 import dataclasses
 import re
+import subprocess
+import sys
 from collections import Counter
+from importlib import resources
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
+import synthetic_results as sr
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 
-from specsample import dashboard
 from specsample.dashboard import FIGURES, FigureSpec, MissingData, build_dashboard, render_figure
-from specsample.track.results import load_asv_regressions, load_results
+from specsample.dashboard import page, render, select, specs
+from specsample.track import changepoints
+from specsample.track.results import load_results
 
-FIXTURES = Path(__file__).parent / "fixtures"
-RESULTS = Path(__file__).resolve().parents[1] / "results"  # the committed H200 results
+REPO = Path(__file__).resolve().parents[1]
 MODE_ORDER = ("greedy", "standard", "block")
 MAX_SITE_BYTES = 3 * 1024 * 1024
+PROVENANCE = {
+    "vllm==0.28.0": {"kind": "vllm-release", "release": "0.28.0", "wheel": "vllm-0.28.0-cp38-abi3.whl",
+                     "wheel_sha256": "ab" * 32,
+                     "files": {"vllm/v1/worker/gpu/spec_decode/rejection_sampler_utils.py": "cd" * 32}},
+    "mrv2": {"kind": "ours", "module": "specsample.kernels.mrv2"},
+}  # fmt: skip
 
 
 @pytest.fixture(scope="module")
-def df():
-    return load_results(FIXTURES / "asv_results")[0]
+def results(tmp_path_factory) -> Path:
+    return sr.write_asv_results(sr.site_frame(), tmp_path_factory.mktemp("results") / "results", provenance=PROVENANCE)
 
 
 @pytest.fixture(scope="module")
-def site(df, tmp_path_factory):
+def df(results):
+    frame, problems = load_results(results)
+    assert not problems
+    return frame
+
+
+@pytest.fixture(scope="module")
+def site(df, results, tmp_path_factory):
     out = tmp_path_factory.mktemp("site")
-    index = build_dashboard(df, out, regressions=FIXTURES / "asv_html")
-    return out, index, index.read_text(encoding="utf-8")
+    index = build_dashboard(df, out, results_dir=results)
+    return out, index.read_text(encoding="utf-8"), (out / "releases.html").read_text(encoding="utf-8")
 
 
-def _sources(page: str) -> list[str]:
-    return re.findall(r'<img src="([^"]+)"', page)
+def _sources(text: str) -> list[str]:
+    return re.findall(r'<img src="([^"]+)"', text)
 
 
-def _section(page: str, section_id: str) -> str:
-    match = re.search(rf'<section id="{section_id}">(.*?)</section>', page, re.S)
+def _section(text: str, section_id: str) -> str:
+    match = re.search(rf'<section id="{section_id}">(.*?)</section>', text, re.S)
     assert match, f"no section {section_id}"
     return match.group(1)
 
 
-def test_index_and_every_referenced_image_exist(site):
-    out, index, page = site
-    assert index == out / "index.html" and index.exists()
-    sources = _sources(page)
-    assert len(sources) >= 6
-    for src in sources:
-        assert not src.startswith(("/", "file:", "http")), "links must be relative"
-        assert (out / src).is_file(), src
-    # and no PNG is left unreferenced
-    assert {f"figures/{p.name}" for p in (out / "figures").glob("*.png")} == set(sources)
-
-
-def test_placeholder_panel_has_a_figure_and_the_band_note(site):
-    _, _, page = site
-    panel = _section(page, "placeholder-panel")
-    assert _sources(panel) and "20%–36%" in panel
-
-
-def test_expected_figures_and_sections(site):
-    out, _, page = site
-    names = {p.stem for p in (out / "figures").glob("*.png")}
-    assert names >= {
-        "history-latency-bench_sampler.NightlyBatchLatency.time_sample",
-        "history-latency-bench_sampler.QuickShapeLatency.time_sample",
-        "history-stage-bench_stages.NightlyStages.track_stage_us",
-        "placeholder-bench_sampler.NightlyBatchLatency.time_sample",
-        "bandwidth-bench_sampler.NightlyBatchDerived.track_bandwidth_fraction",
-        "speedup-torch-eager-num_reqs-vocab_size-bench_sampler.NightlyBatchLatency.time_sample",
-        "speedup-mrv2-pre50939-K-phi-bench_sampler.NightlyBatchLatency.time_sample",
-        "sweep-num_reqs-bench_sampler.NightlyBatchLatency.time_sample",
-        "stages-bench_stages.NightlyStages.track_stage_us",
-    }
-    for section in ("history", "stages", "sweeps", "speedup", "bandwidth", "regressions",
-                    "environment"):
-        assert f'id="{section}"' in page
-    # flashinfer only ran one QuickGrid point: both its heatmaps are skipped, each with a note
-    speedup = _section(page, "speedup")
-    assert "Skipped “Speedup of mrv2 over flashinfer by num_reqs × vocab_size”" in speedup
-    assert "Skipped “Speedup of mrv2 over flashinfer by K × phi”" in speedup
-
-
-def test_regressions_table_and_environment_panel(site):
-    _, _, page = site
-    regressions = _section(page, "regressions")
-    assert "<table>" in regressions and "bench_stages.NightlyStages.track_stage_us" in regressions
-    assert "µs" in regressions  # values shown with units, not raw seconds
-    environment = _section(page, "environment")
-    for header in ("gpu", "driver", "cuda", "torch", "triton"):
-        assert f"<th>{header}</th>" in environment
-    assert "575.51.03" in environment and "570.124.06" in environment
-
-
-def test_site_is_small(site):
-    out, _, _ = site
-    total = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
-    assert total < MAX_SITE_BYTES
-
-
-def test_missing_data_skips_figures_with_notes_not_crashes(df, tmp_path):
-    quick_only = df[df.tier == "quick"]  # no sweep, no pre-PR variant, no bandwidth, no stages
-    index = build_dashboard(quick_only, tmp_path / "k", regressions=None)
-    page = index.read_text(encoding="utf-8")
-    assert "Skipped" in _section(page, "placeholder-panel")
-    assert "Skipped" in _section(page, "bandwidth")
-    assert "No asv regressions given" in page
-    for src in _sources(page):
-        assert (tmp_path / "k" / src).is_file()
-
-
-def test_empty_frame_still_builds(df, tmp_path):
-    index = build_dashboard(df.iloc[0:0], tmp_path / "empty")
-    page = index.read_text(encoding="utf-8")
-    assert 'id="placeholder-panel"' in page and _sources(page) == []
-
-
-def test_regressions_frame_accepted_directly(df, tmp_path):
-    steps, _ = load_asv_regressions(FIXTURES / "asv_html")
-    spec = next(s for s in FIGURES if s.name == "history-latency")
-    figures = render_figure(spec, df[df.tier == "quick"], regressions=steps)
-    assert [name for name, _ in figures] == [
-        "history-latency-bench_sampler.QuickShapeLatency.time_sample"]
-    fig = figures[0][1]
-    labels = {t.get_text() for t in fig.legends[0].get_texts()}
-    assert "asv step" in labels
-    for ax in fig.axes:
-        assert ax.get_xlabel() and ax.get_ylabel() == "latency (µs)"
-    assert fig.get_suptitle()
-
-
-def test_figure_specs_are_frozen_data():
-    spec = FIGURES[0]
-    with pytest.raises(dataclasses.FrozenInstanceError):
-        spec.name = "other"
-    assert all(s.kind in dashboard._RENDERERS for s in FIGURES)
-    assert len({s.name for s in FIGURES}) == len(FIGURES)
-    # titles tell the figures apart (the two heatmaps of one baseline differ by their axes)
-    assert len({s.title for s in FIGURES}) == len(FIGURES)
-
-
-def test_render_figure_raises_missing_data_for_absent_columns(df):
-    spec = FigureSpec(name="x", title="t", kind="line", x="no_such_axis", y="value", unit="u")
-    with pytest.raises(MissingData, match="no_such_axis"):
-        render_figure(spec, df)
-
-
-# ---------------------------------------------------------------------------------------------
-# The committed H200 results (what ``python -m specsample dashboard`` builds dashboards/ from)
-# ---------------------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def real_df():
-    if not (RESULTS / "benchmarks.json").is_file():
-        pytest.skip("no committed results/ in this checkout")
-    return load_results(RESULTS)[0]
-
-
-@pytest.fixture(scope="module")
-def real_site(real_df, tmp_path_factory):
-    out = tmp_path_factory.mktemp("real") / "site"
-    index = build_dashboard(real_df, out)
-    return out, index.read_text(encoding="utf-8")
+def _rows(html_table: str) -> list[list[str]]:
+    """Cells of every body row of the tables in ``html_table``, tags stripped."""
+    rows = re.findall(r"<tr[^>]*>(.*?)</tr>", html_table, re.S)
+    cells = [re.findall(r"<td[^>]*>(.*?)</td>", row, re.S) for row in rows]
+    return [[re.sub(r"<[^>]+>", "", c).strip() for c in row] for row in cells if row]
 
 
 def _spec(name: str) -> FigureSpec:
@@ -173,171 +80,388 @@ def _panels(fig) -> list:
     return [ax for ax in fig.axes if ax.get_visible() and ax.get_label() != "<colorbar>"]
 
 
-def _mode_titles(fig) -> list[str]:
-    modes = []
-    for ax in _panels(fig):
-        match = re.search(r"mode = (\w+)", ax.get_title())
-        if match:
-            modes.append(match.group(1))
-    return modes
+def _context(frame: pd.DataFrame) -> render.Context:
+    rows = select.release_rows(frame)
+    return render.Context(
+        changes=changepoints.detect(frame),
+        release_changes=changepoints.detect(rows, "releases"),
+        placeholder_change=select.placeholder_change(rows),
+    )
 
 
-def _drawn(fig):
-    FigureCanvasAgg(fig)
-    fig.canvas.draw()
-    return fig.canvas.get_renderer()
+# ---------------------------------------------------------------------------------------------
+# The package
+# ---------------------------------------------------------------------------------------------
 
 
-def test_real_site_shows_the_sweeps_and_the_stage_breakdown(real_site):
-    out, page = real_site
-    names = {p.stem for p in (out / "figures").glob("*.png")}
-    assert names >= {
-        "sweep-num_reqs-bench_sampler.NightlyBatchLatency.time_sample",
-        "sweep-vocab_size-bench_sampler.NightlyVocabLatency.time_sample",
-        "sweep-K-bench_sampler.NightlyStepsLatency.time_sample",
-        "stages-bench_stages.NightlyStages.track_stage_us",
-    }
-    assert _sources(_section(page, "sweeps")) and _sources(_section(page, "stages"))
+def test_importing_the_dashboard_loads_no_torch_and_no_triton():
+    code = (
+        "import sys, specsample.dashboard, specsample.track.changepoints; "
+        "print(sorted(m for m in ('torch', 'triton') if m in sys.modules))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=120, check=True
+    )
+    assert done.stdout.strip() == "[]", done.stdout + done.stderr
+
+
+def test_the_templates_are_package_data():
+    templates = resources.files("specsample.dashboard") / "templates"
+    for name in ("base.html", "index.html", "releases.html", "macros.html", "style.css"):
+        assert (templates / name).is_file(), name
+    pyproject = (REPO / "pyproject.toml").read_text()
+    assert re.search(r'\[tool\.setuptools\.package-data\][^\[]*"specsample\.dashboard" = \["templates/\*"\]', pyproject)
+
+
+def test_figure_specs_are_frozen_data_with_a_renderer_and_a_page():
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        FIGURES[0].name = "other"
+    assert all(s.kind in render.RENDERERS for s in FIGURES)
+    assert len({s.name for s in FIGURES}) == len(FIGURES)
+    assert len({s.title for s in FIGURES}) == len(FIGURES)
+    sections = {section: on_page for section, _, on_page in specs.SECTIONS}
+    assert {s.section for s in FIGURES} <= set(sections)
+    assert set(sections.values()) == set(specs.PAGES)
+
+
+# ---------------------------------------------------------------------------------------------
+# The index page
+# ---------------------------------------------------------------------------------------------
+
+
+def test_pages_and_every_referenced_image_exist(site):
+    out, index, releases = site
+    for text in (index, releases):
+        for src in _sources(text):
+            assert not src.startswith(("/", "file:", "http")), "links must be relative"
+            assert (out / src).is_file(), src
+    referenced = set(_sources(index)) | set(_sources(releases))
+    assert {f"figures/{p.name}" for p in (out / "figures").glob("*.png")} == referenced
+    assert 'href="releases.html"' in index and 'href="index.html"' in releases
     assert sum(p.stat().st_size for p in out.rglob("*") if p.is_file()) < MAX_SITE_BYTES
 
 
-@pytest.mark.parametrize("name, log_x", [("sweep-num_reqs", True), ("sweep-vocab_size", True),
-                                         ("sweep-K", False)])
-def test_sweep_figures(real_df, name, log_x):
-    spec = _spec(name)
-    [(stem, fig)] = render_figure(spec, real_df)
-    assert spec.x in stem and "Nightly" in stem
-    assert _mode_titles(fig) == list(MODE_ORDER)
+def test_the_newest_vs_previous_summary_comes_first(site):
+    _, index, _ = site
+    assert re.findall(r'<section id="([^"]+)"', index)[:3] == ["newest", "regressions", "improvements"]
+    newest = _section(index, "newest")
+    # history_frame: the last commit changes nothing; its Batch benchmarks are the ones compared
+    assert sr.commit_hash("commit-5")[:8] in newest
+    rows = _rows(newest)
+    benchmarks = {r[0] for r in rows}
+    assert "NightlyBatchLatency.time_sample" in benchmarks
+    assert all(r[-2] == "0" for r in rows if r[0].startswith("NightlyBatch"))
+
+
+def test_the_regressions_and_improvements_tables_rank_the_planted_changes(site):
+    _, index, _ = site
+    regressions = _rows(_section(index, "regressions"))
+    # mrv2's +12% at commit-4, one row per point (time_sample; track_latency_us also changed)
+    assert len(regressions) == 6 and {r[3] for r in regressions} == {"mrv2"}
+    before, after = sr.commit_hash("commit-3")[:8], sr.commit_hash("commit-4")[:8]
+    assert all(r[5] == f"{before} … {after}" for r in regressions)
+    changes = [float(r[1].split("%")[0].replace("+", "")) for r in regressions]
+    assert changes == sorted(changes, reverse=True) and all(10 < c < 14 for c in changes)
+    assert all("latency_us" in r[-1] for r in regressions)
+    improvements = _rows(_section(index, "improvements"))
+    assert {r[3] for r in improvements} == {"fast"} and len(improvements) == 6
+    assert all(r[1].startswith("−") for r in improvements)
+    assert "mrv2-pre50939" not in _section(index, "regressions") + _section(index, "improvements")
+
+
+def test_history_plots_mark_the_detected_steps_with_quartile_bands(df):
+    [(stem, fig)] = [
+        f for f in render_figure(_spec("history-latency"), df, _context(df)) if "NightlyBatchLatency" in f[0]
+    ]
+    labels = {t.get_text() for t in fig.legends[0].get_texts()}
+    assert {"regression", "improvement", "mrv2", "fast", "mrv2-pre50939"} <= labels
+    assert "band: samples' q25–q75" in fig.get_suptitle()
     for ax in _panels(fig):
-        assert (ax.get_xscale() == "log") is log_x
-        assert ax.get_xlabel().startswith(spec.x) and ax.get_ylabel() == "latency (µs)"
-        assert {line.get_label() for line in ax.lines} == {"mrv2", "mrv2-pre50939", "fast"}
-        assert len(ax.collections) == 3  # asv's CI, one band per variant
-    assert "asv 99% CI" in fig.get_suptitle() and stem.split("-", 2)[2] in fig.get_suptitle()
+        assert len(ax.collections) == 3  # one q25-q75 band per subject
+        marks = [line for line in ax.lines if line.get_label() in ("regression", "improvement")]
+        assert {m.get_label() for m in marks} == {"regression", "improvement"}
 
 
-def test_stage_breakdown_shows_where_the_saving_comes_from(real_df):
-    [(_, fig)] = render_figure(_spec("stages"), real_df)
+def test_history_y_limits_keep_small_noise_small():
+    quiet = sr.history_frame(fast_change=0.0, mrv2_change=0.0)
+    spec = dataclasses.replace(
+        _spec("history-latency"), filter=(("metric", "time_sample"),), line="subject", facet="num_reqs"
+    )
+    one = quiet[(quiet["subject"] == "mrv2-pre50939") & (quiet["mode"] == "standard")]
+    [(_, fig)] = render_figure(spec, one)
+    for ax in _panels(fig):
+        y = np.concatenate([line.get_ydata() for line in ax.lines])
+        low, high = ax.get_ylim()
+        median = np.median(y)
+        assert low <= 0.95 * median and high >= 1.05 * median  # noise of 0.3% stays a flat line
+
+
+def test_self_ratios_are_not_reported_as_failures(site, df):
+    _, index, _ = site
+    # history_frame records mrv2's ratio to itself as failed, as older runs did
+    assert (df[(df["metric"] == "track_ratio_to_mrv2") & (df["subject"] == "mrv2")]["status"] == "failed").any()
+    assert "Points that failed" not in index and "every point skipped" not in index
+    broken = df.copy()
+    fast_ratio = (broken["metric"] == "track_ratio_to_mrv2") & (broken["subject"] == "fast")
+    broken.loc[fast_ratio[fast_ratio].index[:3], "status"] = "failed"
+    notes = " ".join(select.status_notes(select.without_self_ratios(broken)))
+    note = re.search(r"Points that failed \(left out of the figures\): (.*)", notes)
+    assert note and "bench_sampler.NightlyBatchDerived.track_ratio_to_mrv2 (3 of" in note[1]
+
+
+def test_benchmarks_without_successful_points_are_noted(df):
+    gone = df.copy()
+    mask = gone["benchmark"] == "bench_sampler.QuickShapeLatency.time_sample"
+    gone.loc[mask, "status"] = "failed"
+    notes = " ".join(select.status_notes(gone))
+    note = re.search(r"every point skipped, failed or crashed: (.*)", notes)
+    assert note and f"bench_sampler.QuickShapeLatency.time_sample ({mask.sum()} failed)" in note[1]
+
+
+def test_no_claimed_band_and_the_measured_release_change_in_the_placeholder_panel(site, df):
+    _, index, _ = site
+    assert "20%–36%" not in index and "PR 50939:" not in index
+    panel = _section(index, "placeholder-panel")
+    assert _sources(panel) and "Dotted grey line" in panel and "0.27.1 and 0.28.0" in panel
+    [(_, fig)] = render_figure(_spec("placeholder"), df, _context(df))
+    label = "mrv2-pre50939 × measured vLLM 0.27.1→0.28.0 change"
+    change = select.placeholder_change(select.release_rows(df))
+    for ax in _panels(fig):
+        mode, draft = re.match(r"mode = (\w+) · draft = ([\w-]+)", ax.get_title()).groups()
+        lines = {line.get_label(): line for line in ax.lines}
+        measured, pre = lines[label], lines["mrv2-pre50939"]
+        expected = change[
+            (change["mode"] == mode) & (change["draft"] == draft) & (change["placeholder_pattern"] == "trailing")
+        ].sort_values("placeholder_density")
+        np.testing.assert_allclose(measured.get_ydata(), pre.get_ydata() * expected["ratio"].to_numpy())
+        ratio_at_phi1 = expected["ratio"].iloc[-1]
+        if mode != "greedy" and draft == "logits":  # where the placeholder fix applies
+            assert ratio_at_phi1 == pytest.approx(1.22 / 1.40, abs=0.015)
+            # our replica pair reproduces it: mrv2 lies on the measured line
+            np.testing.assert_allclose(lines["mrv2"].get_ydata(), measured.get_ydata(), rtol=0.02)
+        else:
+            assert ratio_at_phi1 == pytest.approx(1.0, abs=0.015)
+
+
+def test_without_release_results_the_panel_draws_no_reference(df):
+    ours = df[~df["subject"].str.startswith("vllm")]
+    captions = page.section_captions(data=ours, placeholder_change=select.placeholder_change(select.release_rows(ours)),
+                                     release_rows=select.release_rows(ours))  # fmt: skip
+    assert "No reference drawn" in captions["placeholder-panel"]
+    [(_, fig)] = render_figure(_spec("placeholder"), ours)
+    assert all("measured vLLM" not in line.get_label() for ax in fig.axes for line in ax.lines)
+    assert "no vLLM release pair measured" in fig.get_suptitle()
+
+
+def test_the_bandwidth_caption_explains_fractions_above_one(site, df):
+    _, index, _ = site
+    caption = _section(index, "bandwidth")
+    assert "flashinfer-kernel up to 1.30" in caption and "precomputed probabilities" in caption
+    below = df.copy()
+    fraction = below["metric"] == "track_bandwidth_fraction"
+    below.loc[fraction, "value"] = below.loc[fraction, "value"].clip(upper=0.9)
+    empty = below.iloc[0:0]
+    captions = page.section_captions(data=below, placeholder_change=empty, release_rows=empty)
+    assert specs.NOTHING_ABOVE_ONE in captions["bandwidth"] and "flashinfer-kernel" not in captions["bandwidth"]
+
+
+def test_stage_breakdown_labels_the_planted_saving(df):
+    [(_, fig)] = render_figure(_spec("stages"), df)
     panels = _panels(fig)
     assert [ax.get_title() for ax in panels] == [
-        f"mode = {mode} · phi = {phi}" for phi in ("0", "0.5", "1") for mode in MODE_ORDER]
+        f"mode = {mode} · placeholder_density = {phi}" for phi in ("0", "0.5", "1") for mode in MODE_ORDER
+    ]
     block_phi1 = panels[-1]
     stages = [t.get_text() for t in block_phi1.get_xticklabels()]
-    assert stages == ["stats", "cum_log_p", "residual_mass", "rejection", "resample", "insert"]
-    heights = {c.get_label(): dict(zip(stages, (p.get_height() for p in c.patches)))
-               for c in block_phi1.containers}
-    mrv2, pre = heights["mrv2"], heights["mrv2-pre50939"]
-    assert mrv2["residual_mass"] < 0.5 * pre["residual_mass"]
-    assert mrv2["resample"] < 0.9 * pre["resample"]
-    assert abs(mrv2["stats"] / pre["stats"] - 1) < 0.02  # stats does not change
-    assert "−89%" in {t.get_text() for t in block_phi1.texts}
-    # at phi = 0 there are no placeholders and nothing to save: no change labels
-    assert not [t for t in panels[2].texts if "%" in t.get_text()]
-
-
-def test_placeholder_labels_stay_clear_of_lines_and_inside_the_axes(real_df):
-    figures = [fig for spec in FIGURES if spec.kind == "placeholder"
-               for _, fig in render_figure(spec, real_df)]
-    assert len(figures) >= 4
-    for fig in figures:
-        renderer = _drawn(fig)
-        assert "labels: mrv2 vs mrv2-pre50939 latency change" in fig.get_suptitle()
-        assert all(t.get_fontsize() >= 9 for t in fig.legends[0].get_texts())
-        for ax in _panels(fig):
-            assert ax.get_ylabel() == "latency (µs)"
-            styles = {line.get_label(): line.get_linestyle() for line in ax.lines}
-            assert styles["mrv2-pre50939"] == "--" and styles["mrv2"] == "-"
-            data = [line.get_xydata() for line in ax.lines if line.get_label() in styles]
-            data += [path.vertices for c in ax.collections for path in c.get_paths()]
-            lowest = min(ax.transData.transform(np.vstack(data))[:, 1])
-            box = ax.get_window_extent(renderer)
-            for text in ax.texts:
-                assert "−0%" not in text.get_text() and "-0%" not in text.get_text()
-                extent = text.get_window_extent(renderer)
-                assert extent.y1 < lowest, f"{text.get_text()} overlaps a line or the band"
-                assert box.x0 <= extent.x0 and extent.x1 <= box.x1, f"{text.get_text()} runs out"
-
-
-def test_change_labels_round_before_the_sign():
-    label = lambda ratio: dashboard._format_change(dashboard._percent_change(ratio))  # noqa: E731
-    assert [label(r) for r in (0.998, 1.004, 0.73, 1.06)] == ["0%", "0%", "−27%", "+6%"]
+    assert stages == list(sr.STAGE_US)
+    assert "−50%" in {t.get_text() for t in block_phi1.texts}  # mrv2's residual mass, planted
+    assert not [t for t in panels[2].texts if "%" in t.get_text()]  # phi = 0: nothing saved
+    assert {t.get_text() for t in panels[0].texts} == {"n/a"}  # greedy skips two stages
 
 
 def test_heatmap_names_its_benchmark_and_has_a_symmetric_ticked_colour_bar(df):
-    spec = _spec("speedup-torch-eager-num_reqs-vocab_size")
-    [(stem, fig)] = render_figure(spec, df)
-    assert "bench_sampler.NightlyBatchLatency.time_sample" in fig.get_suptitle()
-    renderer = _drawn(fig)
+    [(_, fig)] = render_figure(_spec("speedup-torch-eager-num_reqs-vocab_size"), df)
+    assert "bench_sampler.QuickShapeLatency.time_sample" in fig.get_suptitle()
+    FigureCanvasAgg(fig).draw()
     bar = next(ax for ax in fig.axes if ax.get_label() == "<colorbar>")
     labels = [t.get_text() for t in bar.get_yticklabels()]
     assert "1×" in labels and len(labels) >= 3
     ticks = bar.get_yticks()
-    np.testing.assert_allclose(sorted(ticks), sorted(-ticks), atol=1e-9)  # symmetric log ratio
-    low, high = bar.get_ylim()
-    assert low == pytest.approx(-high)
-    whole = fig.bbox
-    for text in (bar.yaxis.label, fig._suptitle):
-        extent = text.get_window_extent(renderer)
-        assert whole.x0 <= extent.x0 and extent.x1 <= whole.x1 and extent.y1 <= whole.y1, text
+    np.testing.assert_allclose(sorted(ticks), sorted(-ticks), atol=1e-9)
+    cells = [float(t.get_text().rstrip("×")) for t in fig.axes[0].texts]
+    assert len(cells) == 4  # 2 x 2 points; torch-eager is planted at 20x mrv2 (0.3% noise)
+    np.testing.assert_allclose(cells, 20.0, rtol=0.02)
 
 
-def test_every_figure_has_a_title_axis_labels_a_readable_legend_and_mode_order(df, real_df):
-    for frame in (df, real_df):
-        for spec in FIGURES:
-            try:
-                figures = render_figure(spec, frame)
-            except MissingData:
-                continue
-            for stem, fig in figures:
-                assert fig.get_suptitle(), stem
-                modes = _mode_titles(fig)  # greedy, standard, block in every figure
-                row = [m for m in MODE_ORDER if m in modes]  # a grid repeats it per row
-                assert modes == row * (len(modes) // max(len(row), 1)), (stem, modes)
-                for ax in _panels(fig):
-                    assert ax.get_xlabel() and ax.get_ylabel(), stem
-                    assert "(" in ax.get_ylabel() or "fraction" in ax.get_ylabel(), stem
-                for legend in fig.legends:
-                    assert min(t.get_fontsize() for t in legend.get_texts()) >= 9, stem
+def test_every_figure_has_a_title_axis_labels_a_readable_legend_and_mode_order(df):
+    context = _context(df)
+    drawn = 0
+    for spec in FIGURES:
+        frame = select.release_rows(df) if spec.section == "release-latency" else df
+        try:
+            figures = render_figure(spec, frame, context)
+        except MissingData:
+            continue
+        for stem, fig in figures:
+            drawn += 1
+            assert fig.get_suptitle(), stem
+            modes = [m[1] for ax in _panels(fig) if (m := re.search(r"mode = (\w+)", ax.get_title()))]
+            row = [m for m in MODE_ORDER if m in modes]
+            assert modes == row * (len(modes) // max(len(row), 1)), (stem, modes)
+            for ax in _panels(fig):
+                assert ax.get_xlabel() and ax.get_ylabel(), stem
+            for legend in fig.legends:
+                assert min(t.get_fontsize() for t in legend.get_texts()) >= 9, stem
+    assert drawn >= 10
 
 
-def test_skip_notes_one_per_spec_each_reason_once(site, real_site):
-    for page in (site[2], real_site[1]):
-        notes = re.findall(r'<p class="note">Skipped “([^”]+)”: (.*?)</p>', page)
-        assert notes
-        titles = Counter(title for title, _ in notes)
-        assert max(titles.values()) == 1, titles
-        for _, text in notes:
-            reasons = [r.split(" (")[0] for r in text.rstrip(".").split("; ")]
-            assert len(reasons) == len(set(reasons)), text
-    history = _section(real_site[1], "history")
-    assert history.count("fewer than two commits") <= 2  # at most one note per spec, not per benchmark
-    assert _sources(history)  # the committed results span several commits: history is drawn
+def test_skip_notes_one_per_spec_each_reason_once(site):
+    _, index, releases = site
+    notes = re.findall(r'<p class="note">Skipped “([^”]+)”: (.*?)</p>', index + releases)
+    assert notes
+    assert max(Counter(title for title, _ in notes).values()) == 1
+    for _, text in notes:
+        reasons = [r.split(" (")[0] for r in text.rstrip(".").split("; ")]
+        assert len(reasons) == len(set(reasons)), text
 
 
-def test_benchmarks_without_successful_points_are_noted(df, tmp_path, site):
-    assert "bench_sampler.NightlyBatchDerived.track_bandwidth_fraction (30 of 720)" in site[2]
-    gone = df.copy()
-    mask = gone["benchmark"] == "bench_sampler.QuickShapeLatency.time_sample"
-    gone.loc[mask, "status"] = "failed"
-    page = build_dashboard(gone, tmp_path / "s", regressions=None).read_text(encoding="utf-8")
-    note = re.search(r"every point skipped or failed: ([^<]*)", page)
-    assert note and f"bench_sampler.QuickShapeLatency.time_sample ({mask.sum()} failed)" in note[1]
+def test_alt_texts_name_the_benchmark(site):
+    _, index, releases = site
+    images = re.findall(r'<img src="figures/([^"]+)\.png" alt="([^"]+)"', index + releases)
+    assert images
+    for stem, alt in images:
+        benchmark = alt.rsplit(" — ", 1)[-1]
+        assert benchmark.startswith("bench_") and stem.endswith(benchmark), (stem, alt)
 
 
-def test_asv_site_linked_only_when_it_exists(df, tmp_path):
-    empty = df.iloc[0:0]
-    page = build_dashboard(empty, tmp_path / "a" / "site").read_text(encoding="utf-8")
-    assert "../html/index.html" not in page and "specsample nightly" in page
-    (tmp_path / "b" / "html").mkdir(parents=True)
-    (tmp_path / "b" / "html" / "index.html").write_text("<html></html>")
-    page = build_dashboard(empty, tmp_path / "b" / "site").read_text(encoding="utf-8")
-    assert '<a href="../html/index.html">asv site</a>' in page
+def test_environment_panel(site):
+    _, index, _ = site
+    environment = _section(index, "environment")
+    for header in ("gpu", "driver", "cuda", "torch", "triton"):
+        assert f"<th>{header}</th>" in environment
+    assert "NVIDIA H200" in environment
 
 
-def test_alt_texts_name_the_benchmark(site, real_site):
-    for page in (site[2], real_site[1]):
-        images = re.findall(r'<img src="figures/([^"]+)\.png" alt="([^"]+)"', page)
-        assert images
-        for stem, alt in images:
-            benchmark = alt.rsplit(" — ", 1)[-1]
-            assert benchmark.startswith("bench_") and stem.endswith(benchmark), (stem, alt)
+def test_missing_data_skips_figures_with_notes_not_crashes(df, tmp_path):
+    quick_only = df[df["tier"] == "quick"]
+    index = build_dashboard(quick_only, tmp_path / "k")
+    text = index.read_text(encoding="utf-8")
+    assert "Skipped" in _section(text, "placeholder-panel") and "Skipped" in _section(text, "bandwidth")
+    assert "No regression over commits." in _section(text, "regressions")
+    for src in _sources(text):
+        assert (tmp_path / "k" / src).is_file()
+    empty = build_dashboard(df.iloc[0:0], tmp_path / "empty").read_text(encoding="utf-8")
+    assert 'id="placeholder-panel"' in empty and _sources(empty) == []
+    releases = (tmp_path / "empty" / "releases.html").read_text(encoding="utf-8")
+    assert "No vLLM release results" in releases and _sources(releases) == []
+
+
+def test_a_rebuild_leaves_no_stale_figure(tmp_path):
+    out = tmp_path / "r"
+    peers = sr.peers_frame()
+    build_dashboard(peers, out)
+    heatmap = "speedup-torch-eager-num_reqs-vocab_size-bench_sampler.QuickShapeLatency.time_sample.png"
+    assert (out / "figures" / heatmap).is_file()
+    (out / "figures" / "stale.png").write_bytes(b"")
+    build_dashboard(peers[peers["tier"] == "nightly"], out)
+    assert not (out / "figures" / "stale.png").exists() and not (out / "figures" / heatmap).exists()
+
+
+def test_change_labels_round_before_the_sign():
+    label = lambda ratio: render.format_change(render.percent_change(ratio))  # noqa: E731
+    assert [label(r) for r in (0.998, 1.004, 0.73, 1.06)] == ["0%", "0%", "−27%", "+6%"]
+    assert page._pct(-0.0004) == "0.0%" and page._pct(-0.049) == "−4.9%"
+
+
+def test_render_figure_raises_missing_data_for_absent_columns(df):
+    spec = FigureSpec(name="x", title="t", kind="line", x="no_such_axis", y="value", unit="u")
+    with pytest.raises(MissingData, match="no_such_axis"):
+        render_figure(spec, df)
+
+
+# ---------------------------------------------------------------------------------------------
+# The releases page
+# ---------------------------------------------------------------------------------------------
+
+
+def test_the_releases_page_tabulates_the_placeholder_change(site):
+    _, _, releases = site
+    rows = {(r[0], r[1]): r for r in _rows(_section(releases, "placeholder-drop"))}
+    assert set(rows) == {(m, d) for m in MODE_ORDER for d in ("logits", "one-hot")}
+    for mode in ("standard", "block"):
+        change = float(rows[(mode, "logits")][4].replace("−", "-").rstrip("%"))
+        assert change == pytest.approx(100 * (1.22 / 1.40 - 1), abs=1.5)
+        assert abs(float(rows[(mode, "logits")][3].replace("−", "-").rstrip("%"))) < 1.5  # phi = 0
+    assert abs(float(rows[("greedy", "logits")][4].replace("−", "-").rstrip("%"))) < 1.5
+    section = _section(releases, "placeholder-drop")
+    assert section.count('class="improvement"') == 2  # beyond the noise floor: those two only
+
+
+def test_the_releases_page_marks_faults_and_semantics(site):
+    _, _, releases = site
+    section = _section(releases, "release-outcomes")
+    summary, faults = section.split("<h3>", 1)
+    outcomes = {r[0]: r for r in _rows(summary)}
+    assert list(outcomes) == list(sr.RELEASES)  # version order
+    columns = [
+        "release",
+        "points",
+        "ok",
+        "failed",
+        "skipped",
+        "crashed",
+        "same draws",
+        "same semantics, other stream",
+        "violates placeholder semantics",
+    ]
+    crashed, violates, other = (
+        columns.index(c) for c in ("crashed", "violates placeholder semantics", "same semantics, other stream")
+    )
+    assert outcomes["0.29.0"][crashed] == "1" and outcomes["0.26.0"][violates] == "1"
+    assert int(outcomes["0.26.0"][other]) > 0 and outcomes["0.27.1"][crashed] == "0"
+    assert [(r[0], r[3]) for r in _rows(faults)] == [("0.26.0", "ok"), ("0.29.0", "crashed")]
+    assert "worker died: signal 11" in faults
+
+
+def test_release_figures_mark_crashes_semantics_and_the_pr_release(df):
+    rows = select.release_rows(df)
+    [(stem, fig)] = render_figure(_spec("releases-density-trailing"), rows, _context(df))
+    assert "ReleasesDensityLatency" in stem
+    panels = {ax.get_title(): ax for ax in _panels(fig)}
+    block = panels["mode = block · draft = logits"]
+    assert [t.get_text() for t in block.get_xticklabels()] == list(sr.RELEASES)
+    assert any(line.get_marker() == "x" for line in block.lines)  # 0.29.0 crashed at phi=1
+    spans = [p for p in block.patches if p.get_width() > 0]
+    assert [(p.get_x(), p.get_x() + p.get_width()) for p in spans] == [(2.0, 3.0)]  # 0.27.1..0.28.0
+    assert any(line.get_label() == "improvement" for line in block.lines)
+    standard_one_hot = panels["mode = standard · draft = one-hot"]
+    assert any(line.get_markersize() >= 10 for line in standard_one_hot.lines)  # violates: red ring
+    labels = {t.get_text() for t in fig.legends[0].get_texts()}
+    assert {
+        "phi = 0",
+        "phi = 1",
+        "crashed / failed",
+        "violates placeholder semantics",
+        "same semantics, other stream",
+    } <= labels
+
+
+def test_the_releases_page_compares_the_newest_release_with_ours(site):
+    _, _, releases = site
+    section = _section(releases, "newest-release")
+    assert "vllm==0.29.0 / mrv2" in section and "vllm==0.29.0 / fast" in section
+    for row in _rows(section):
+        assert float(row[4]) == pytest.approx(1.0, abs=0.02)  # 0.29.0 has the fix, as mrv2
+        assert float(row[6]) == pytest.approx(1 / 0.6, abs=0.03)  # fast is 0.6x
+
+
+def test_the_releases_page_lists_changes_between_releases_and_provenance(site):
+    out, _, releases = site
+    changes = _section(releases, "release-regressions")
+    assert "No regression between releases." in changes
+    rows = _rows(changes)
+    assert rows and all(r[5] == "0.27.1 … 0.28.0" for r in rows)
+    assert _sources(_section(releases, "release-latency"))
+    provenance = _section(releases, "provenance")
+    assert "vllm==0.28.0" in provenance and "vllm-0.28.0-cp38-abi3.whl" in provenance
+    assert "rejection_sampler_utils.py" in provenance and "cd" * 6 in provenance

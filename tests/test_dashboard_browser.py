@@ -1,16 +1,20 @@
 """The built dashboard in a real browser: headless Chromium, opened from disk and over HTTP.
 
-The site is built from the committed results (``results/``) into a temporary directory, the way
-``python -m specsample dashboard`` builds ``dashboards/``. Chromium is driven through its command
-line only (``--dump-dom``, ``--screenshot``), so no Python browser bindings are needed.
+Two sites are built into temporary directories the way ``python -m specsample dashboard`` builds
+``dashboards/``: one from the committed results (``results/``), and one from an asv results
+directory the tests write (tests/synthetic_results.py: a history with a planted regression and
+improvement, and the releases tier with faults), so that the newest-vs-previous summary, the
+change tables and the vLLM releases page have content to show. Chromium is driven through its
+command line only (``--dump-dom``, ``--screenshot``), so no Python browser bindings are needed.
 
 Whether every image really loaded is asked of the browser itself: the tests write a copy of
 ``index.html`` next to it with one ``<script>`` appended. On window load the script scrolls to
 each ``<img>`` in turn (the page uses ``loading="lazy"``, so an image is only fetched near the
 viewport), waits for it to load or fail, and writes ``complete``/``naturalWidth``/
-``naturalHeight`` of every image into ``<pre id="img-check">`` as JSON. ``--virtual-time-budget``
+``naturalHeight`` of every image, and the rows and images of every ``<section>``, into
+``<pre id="img-check">`` as JSON. ``--virtual-time-budget``
 keeps Chromium alive until that has run, and the dumped DOM is parsed here. The page itself is
-not changed otherwise; the screenshot is of the untouched ``index.html``.
+not changed otherwise; the screenshots are of the untouched pages.
 
 Skipped, with the reason, when no Chromium binary is found (``.ci/install-browser.sh`` installs
 one on Debian). Environment:
@@ -43,15 +47,26 @@ RESULTS = REPO / "results"
 BROWSER_NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "chrome")
 BROWSER_TIMEOUT_S = 60  # per Chromium process; a healthy run takes 1-2 s
 VIRTUAL_TIME_BUDGET_MS = 10_000  # virtual time: passes instantly while the page is idle
-WINDOW = (1400, 4600)  # the whole page today (about 4,450 px tall), heatmaps and bandwidth included
+WINDOW = (1400, 4600)  # the top of the page: summary, change tables, history and more
 CHECK_PAGE = "_browser_check.html"
+RELEASES_CHECK_PAGE = "_browser_check_releases.html"
 
 # Headless, no network besides the page itself, no profile state shared between runs.
 BROWSER_FLAGS = (
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
-    "--no-proxy-server", "--disable-extensions", "--mute-audio", "--hide-scrollbars",
-    "--run-all-compositor-stages-before-draw", f"--virtual-time-budget={VIRTUAL_TIME_BUDGET_MS}",
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-proxy-server",
+    "--disable-extensions",
+    "--mute-audio",
+    "--hide-scrollbars",
+    "--run-all-compositor-stages-before-draw",
+    f"--virtual-time-budget={VIRTUAL_TIME_BUDGET_MS}",
 )
 
 # Appended to a copy of index.html; reports on every image once they have all settled.
@@ -74,11 +89,19 @@ window.addEventListener("load", async () => {
                  section: section ? section.id : null});
   }
   window.scrollTo(0, 0);
+  const sections = {};
+  for (const section of document.querySelectorAll("section")) {
+    sections[section.id] = {rows: section.querySelectorAll("tr td").length > 0 ?
+                              section.querySelectorAll("tr").length : 0,
+                            images: section.querySelectorAll("img").length};
+  }
   const out = document.createElement("pre");
   out.id = "img-check";
   out.textContent = JSON.stringify({
     protocol: location.protocol,
     panel: document.getElementById("placeholder-panel") !== null,
+    title: document.title,
+    sections,
     images,
   });
   document.body.appendChild(out);
@@ -103,8 +126,10 @@ def _browser_or_skip() -> str:
     browser = _find_browser()
     if browser is None:
         names = os.environ.get("SPECSAMPLE_CHROMIUM") or ", ".join(BROWSER_NAMES)
-        give_up(f"no Chromium binary found (looked for {names} on PATH); install one with "
-                ".ci/install-browser.sh or set SPECSAMPLE_CHROMIUM")
+        give_up(
+            f"no Chromium binary found (looked for {names} on PATH); install one with "
+            ".ci/install-browser.sh or set SPECSAMPLE_CHROMIUM"
+        )
     try:
         version = subprocess.run([browser, "--version"], capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.TimeoutExpired) as exc:
@@ -130,11 +155,27 @@ def site(browser, tmp_path_factory) -> Path:
     return out
 
 
-def _write_check_page(index: Path, page: str | None = None) -> Path:
+@pytest.fixture(scope="module")
+def synthetic_site(browser, tmp_path_factory) -> Path:
+    """The dashboard built from a results directory with a planted history and releases tier,
+    plus image-check copies of both pages."""
+    import synthetic_results
+
+    from specsample.cli import build_site
+
+    root = tmp_path_factory.mktemp("synthetic")
+    results = synthetic_results.write_asv_results(synthetic_results.site_frame(), root / "results")
+    index = build_site(results, root / "site")
+    _write_check_page(index)
+    _write_check_page(index.parent / "releases.html", name=RELEASES_CHECK_PAGE)
+    return index.parent
+
+
+def _write_check_page(index: Path, page: str | None = None, name: str = CHECK_PAGE) -> Path:
     page = index.read_text(encoding="utf-8") if page is None else page
     head, body_end, tail = page.rpartition("</body>")
     assert body_end, f"{index} has no </body>"
-    check = index.parent / CHECK_PAGE
+    check = index.parent / name
     check.write_text(head + IMAGE_CHECK_SCRIPT + body_end + tail, encoding="utf-8")
     return check
 
@@ -142,13 +183,15 @@ def _write_check_page(index: Path, page: str | None = None) -> Path:
 def _run_browser(browser: str, *args: str) -> subprocess.CompletedProcess:
     with tempfile.TemporaryDirectory(prefix="chromium-profile-") as profile:
         try:
-            done = subprocess.run([browser, *BROWSER_FLAGS, f"--user-data-dir={profile}", *args],
-                                  capture_output=True, text=True, timeout=BROWSER_TIMEOUT_S)
+            done = subprocess.run(
+                [browser, *BROWSER_FLAGS, f"--user-data-dir={profile}", *args],
+                capture_output=True,
+                text=True,
+                timeout=BROWSER_TIMEOUT_S,
+            )
         except subprocess.TimeoutExpired as exc:
-            pytest.fail(f"{browser} {' '.join(args)} ran past {BROWSER_TIMEOUT_S} s: "
-                        f"{(exc.stderr or b'')[-2000:]!r}")
-    assert done.returncode == 0, \
-        f"{browser} {' '.join(args)} exited {done.returncode}:\n{done.stderr[-2000:]}"
+            pytest.fail(f"{browser} {' '.join(args)} ran past {BROWSER_TIMEOUT_S} s: {(exc.stderr or b'')[-2000:]!r}")
+    assert done.returncode == 0, f"{browser} {' '.join(args)} exited {done.returncode}:\n{done.stderr[-2000:]}"
     return done
 
 
@@ -156,15 +199,20 @@ def _image_check(browser: str, url: str) -> dict:
     """Load ``url`` (a check page) and return what its script reported."""
     done = _run_browser(browser, "--dump-dom", url)
     match = re.search(r'<pre id="img-check">(.*?)</pre>', done.stdout, re.S)
-    assert match, (f"the image check did not finish within {VIRTUAL_TIME_BUDGET_MS} ms of virtual "
-                   f"time at {url} (DOM {len(done.stdout)} chars; stderr tail:\n{done.stderr[-1500:]})")
+    assert match, (
+        f"the image check did not finish within {VIRTUAL_TIME_BUDGET_MS} ms of virtual "
+        f"time at {url} (DOM {len(done.stdout)} chars; stderr tail:\n{done.stderr[-1500:]})"
+    )
     return json.loads(html.unescape(match.group(1)))
 
 
 def _broken(check: dict) -> list[str]:
     """Sources of images that did not load: not complete, or nothing decoded."""
-    return [img["src"] for img in check["images"]
-            if not (img["settled"] and img["complete"] and img["width"] > 0 and img["height"] > 0)]
+    return [
+        img["src"]
+        for img in check["images"]
+        if not (img["settled"] and img["complete"] and img["width"] > 0 and img["height"] > 0)
+    ]
 
 
 def _png_size(path: Path) -> tuple[int, int]:
@@ -173,10 +221,12 @@ def _png_size(path: Path) -> tuple[int, int]:
     return struct.unpack(">II", header[16:24])
 
 
-def _assert_site_loaded(check: dict, site: Path, protocol: str) -> None:
+def _assert_site_loaded(check: dict, site: Path, protocol: str, page_name: str = CHECK_PAGE,
+                        panel: bool = True) -> None:  # fmt: skip
     assert check["protocol"] == protocol
-    assert check["panel"], 'no element with id="placeholder-panel" in the loaded page'
-    page = (site / CHECK_PAGE).read_text(encoding="utf-8")  # index.html + the check script
+    if panel:
+        assert check["panel"], 'no element with id="placeholder-panel" in the loaded page'
+    page = (site / page_name).read_text(encoding="utf-8")  # the page + the check script
     sources = re.findall(r'<img src="([^"]+)"', page)
     assert sources, "the page references no images"
     assert [img["src"] for img in check["images"]] == [html.unescape(s) for s in sources]
@@ -184,8 +234,9 @@ def _assert_site_loaded(check: dict, site: Path, protocol: str) -> None:
     assert not broken, f"{len(broken)} of {len(sources)} image(s) did not load over {protocol}: {broken}"
     for img in check["images"]:  # and what loaded is the PNG on disk, at its own size
         assert (img["width"], img["height"]) == _png_size(site / img["src"]), img
-    in_panel = [img for img in check["images"] if img["section"] == "placeholder-panel"]
-    assert in_panel, "the placeholder panel shows no image"
+    if panel:
+        in_panel = [img for img in check["images"] if img["section"] == "placeholder-panel"]
+        assert in_panel, "the placeholder panel shows no image"
 
 
 @contextmanager
@@ -250,11 +301,10 @@ def test_image_check_catches_broken_images(browser, site, tmp_path):
         _assert_site_loaded(check, copy, "file:")
 
 
-def test_screenshot_of_the_site(browser, site, tmp_path):
-    """A screenshot of the untouched index.html renders the page (look at it: see the module doc)."""
-    shot = tmp_path / "dashboard.png"
-    _run_browser(browser, f"--screenshot={shot}", f"--window-size={WINDOW[0]},{WINDOW[1]}",
-                 (site / "index.html").as_uri())
+def _screenshot(browser: str, page: Path, shot: Path) -> None:
+    """A screenshot of the untouched ``page`` that shows something (look at it: see the module
+    doc), copied to $SPECSAMPLE_SCREENSHOT_DIR when set."""
+    _run_browser(browser, f"--screenshot={shot}", f"--window-size={WINDOW[0]},{WINDOW[1]}", page.as_uri())
     assert shot.is_file(), "Chromium wrote no screenshot"
     assert _png_size(shot) == WINDOW
     from matplotlib.image import imread
@@ -266,3 +316,40 @@ def test_screenshot_of_the_site(browser, site, tmp_path):
         target = Path(os.environ["SPECSAMPLE_SCREENSHOT_DIR"])
         target.mkdir(parents=True, exist_ok=True)
         shutil.copy(shot, target / shot.name)
+
+
+def test_screenshot_of_the_site(browser, site, tmp_path):
+    _screenshot(browser, site / "index.html", tmp_path / "dashboard.png")
+
+
+# ---- the new content: summary, change tables, the releases page (synthetic results) ----------
+
+
+def test_index_shows_the_summary_and_the_change_tables(browser, synthetic_site):
+    check = _image_check(browser, (synthetic_site / CHECK_PAGE).as_uri())
+    _assert_site_loaded(check, synthetic_site, "file:")
+    sections = check["sections"]
+    assert list(sections)[:3] == ["newest", "regressions", "improvements"]  # the summary on top
+    for section in ("newest", "regressions", "improvements", "environment"):
+        assert sections[section]["rows"] > 1, (section, sections[section])
+    assert sections["history"]["images"] >= 1
+
+
+def test_releases_page_loads_its_figures_and_tables(browser, synthetic_site):
+    with _http_server(synthetic_site) as (base, requests):
+        check = _image_check(browser, f"{base}/{RELEASES_CHECK_PAGE}")
+    _assert_site_loaded(check, synthetic_site, "http:", page_name=RELEASES_CHECK_PAGE, panel=False)
+    assert "vLLM releases" in check["title"]
+    sections = check["sections"]
+    for section in ("placeholder-drop", "newest-release", "release-outcomes", "release-regressions", "provenance"):
+        assert section in sections, sorted(sections)
+    for section in ("placeholder-drop", "newest-release", "release-outcomes", "release-regressions"):
+        assert sections[section]["rows"] > 1, (section, sections[section])
+    assert sections["release-latency"]["images"] >= 2
+    served = {path.split("?")[0]: status for path, status in requests}
+    assert all(served.get("/" + img["src"]) == 200 for img in check["images"])
+
+
+def test_screenshots_of_the_new_content(browser, synthetic_site, tmp_path):
+    _screenshot(browser, synthetic_site / "index.html", tmp_path / "dashboard-synthetic.png")
+    _screenshot(browser, synthetic_site / "releases.html", tmp_path / "releases-synthetic.png")

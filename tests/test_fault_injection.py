@@ -392,7 +392,7 @@ def test_loader_survives_a_missing_or_corrupt_benchmarks_json(tmp_path, fault):
     # Every result row is still there; parameters fall back to asv's names, param1, param2, ...
     assert len(frame) == len(load_results(FIXTURE)[0])
     assert {"param1", "param2"} <= set(frame.columns)
-    assert frame["variant"].isna().all() and frame["unit"].isna().all()
+    assert frame["subject"].isna().all() and frame["unit"].isna().all()
 
 
 def test_benchmark_entry_with_wrong_shape_in_benchmarks_json_skips_only_its_rows(tmp_path):

@@ -10,6 +10,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from specsample.schema import axis_name
+
 from specsample.track import results
 from specsample.track.results import (
     COLUMNS,
@@ -79,7 +81,7 @@ def test_rows_follow_itertools_product_order_of_the_file(df):
     assert len(rows) == len(entry["result"])
     for i in (0, 1, 37, 143):
         combo = list(itertools.product(*entry["params"]))[i]
-        expected = {n: parse_param(v) for n, v in zip(names, combo)}
+        expected = {axis_name(n): parse_param(v) for n, v in zip(names, combo)}
         match = rows
         for name, value in expected.items():
             match = match[match[name] == value]
@@ -90,11 +92,11 @@ def test_rows_follow_itertools_product_order_of_the_file(df):
 
 def test_params_parsed_to_python_types(df):
     row = df[df.benchmark == SWEEP].iloc[0]
-    assert isinstance(row.variant, str) and not row.variant.startswith("'")
-    assert set(df.variant.dropna()) == {"mrv2", "mrv2-pre50939", "torch-eager", "flashinfer"}
+    assert isinstance(row.subject, str) and not row.subject.startswith("'")
+    assert set(df.subject.dropna()) == {"mrv2", "mrv2-pre50939", "torch-eager", "flashinfer"}
     assert set(df.num_reqs.dropna()) == {1, 8, 64}
-    assert set(df.phi.dropna()) == {0.0, 0.5, 0.9}
-    assert set(df.pattern) == {"trailing"}
+    assert set(df.placeholder_density.dropna()) == {0.0, 0.5, 0.9}
+    assert set(df.placeholder_pattern) == {"trailing"}
     assert set(df[df.benchmark == STAGES].stage) == {
         "stats", "cum_log_p", "residual_mass", "rejection", "resample", "insert"}
     assert df[df.benchmark != STAGES].stage.isna().all()
@@ -131,12 +133,12 @@ def test_failed_and_skipped_points(df):
     failed = df[df.status == "failed"]
     assert set(failed.benchmark) == {BANDWIDTH, RATIO}
     planted = failed[failed.benchmark == BANDWIDTH]
-    assert set(planted.variant) == {"torch-eager"} and set(planted.num_reqs) == {64}
+    assert set(planted.subject) == {"torch-eager"} and set(planted.num_reqs) == {64}
     # NotImplementedError raised in a track_ body (not setup) is a failure in asv-runner 0.3.2
-    assert set(failed[failed.benchmark == RATIO].variant) == {"mrv2"}
+    assert set(failed[failed.benchmark == RATIO].subject) == {"mrv2"}
     assert failed.value.isna().all()
     skipped = df[df.status == "skipped"]
-    assert set(zip(skipped.benchmark, skipped.variant, skipped["mode"])) == {
+    assert set(zip(skipped.benchmark, skipped.subject, skipped["mode"])) == {
         (QUICK, "flashinfer", "block")}
     assert len(skipped) == 5  # one per commit
 
@@ -242,7 +244,7 @@ def test_unknown_param_becomes_an_extra_column_and_product_order_holds(tmp_path)
     assert problems == []
     assert list(df.columns) == [*COLUMNS, "dtype"]
     for i, (variant, dtype, n) in enumerate(itertools.product(*params)):
-        row = df[(df.variant == parse_param(variant)) & (df.dtype == parse_param(dtype))
+        row = df[(df.subject == parse_param(variant)) & (df.dtype == parse_param(dtype))
                  & (df.num_reqs == int(n))]
         assert row.value.tolist() == [values[i]]
     assert df.tier.iloc[0] == "full" and df.sweep.iloc[0] == "Dtype"
@@ -329,7 +331,7 @@ def test_asv_regressions_find_the_planted_mrv2_step(df):
     assert set(steps.commit_after) <= set(df.commit)
     kernel = steps[steps.benchmark == STAGES]
     third = commit_order(df).commit.iloc[2]
-    assert set(kernel.variant) == {"mrv2"} and set(kernel.commit_after) == {third}
+    assert set(kernel.subject) == {"mrv2"} and set(kernel.commit_after) == {third}
     assert kernel.change.to_numpy() == pytest.approx(0.15, rel=1e-6)
     assert set(kernel.machine) == {"cpu-fixture"}
     assert steps.num_reqs.dtype == "Int64"

@@ -389,7 +389,7 @@ def apply_outcomes(frame: pd.DataFrame, outcomes: list[dict]) -> pd.DataFrame:
             found[column] = _as_dtype(found[column], str(keyed[column].dtype)) if column in COLUMNS else found[column]
     merged = keyed.merge(found, on=list(_OUTCOME_KEY), how="left")
     crashed = (merged["o_status"] == "crashed").fillna(False).to_numpy(dtype=bool)
-    status = merged["status"].astype(object).to_numpy()
+    status = merged["status"].astype(object).to_numpy(copy=True)  # writable under copy-on-write
     status[crashed & (status != "ok")] = "crashed"
     frame = frame.copy()
     frame["status"] = pd.array(status, dtype="str")

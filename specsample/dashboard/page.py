@@ -1,0 +1,519 @@
+"""The two HTML pages, from jinja2 templates (``templates/``): ``index.html`` (history, change
+points, figures) and ``releases.html`` (vLLM releases).
+
+This module only formats: every number arrives computed (:mod:`.select`,
+:mod:`specsample.track.changepoints`) and leaves as text in a template context; the templates
+hold the markup and the style sheet (``templates/style.css``, inlined so a page opened from
+disk needs nothing else). Links are relative, so the site works from disk and when served.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pandas as pd
+from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
+
+from ..schema import STATUSES, subject_sort_key
+from ..track import changepoints
+from ..track.results import ENV_COLUMNS, PARAM_COLUMNS, commit_order
+from ..track.signoff import format_value
+from ..track.signoff.stats import TIME_UNITS
+from . import select as sel
+from .render import Rendered
+from .specs import (
+    ABOVE_ONE_SUBJECT_TEXT,
+    ABOVE_ONE_TEXT,
+    CAPTION_VALUES,
+    MAX_FAULT_ROWS,
+    MAX_TABLE_ROWS,
+    NOTHING_ABOVE_ONE,
+    SHOWN_TABLE_ROWS,
+    PAGES,
+    PLACEHOLDER_CHANGE,
+    PLACEHOLDER_CHANGE_RELEASE,
+    PLACEHOLDER_SUBJECTS,
+    SECTION_TEXT,
+    SECTIONS,
+)
+
+_ENV = Environment(
+    loader=PackageLoader("specsample.dashboard", "templates"),
+    autoescape=select_autoescape(["html"]),
+    undefined=StrictUndefined,
+    trim_blocks=True,
+    lstrip_blocks=True,
+)
+
+CHANGES_CAPTION = (
+    "Steps found by asv's own step detection (asv.step_detect) in every series, one machine, "
+    "benchmark and point {over}, and still present at the {newest}; ranked by effect. "
+    "Range: the last {unit} at the old level … the first at the new level; points: how many "
+    "{unit}s each level spans. Interval: the change between every pair of one point of each "
+    "level, each widened to its 99% CI where stored (—: one point a side and no CI). Noise: "
+    "the series' relative sample IQR (— where none was stored); threshold: the larger of it "
+    "and the noise floor ({floor}), the A/A noise of how the levels were measured. Nothing "
+    "below the threshold is listed."
+)
+NEWEST_CAPTION = (
+    "Each point at the newest commit against the newest earlier commit that measured it. "
+    "Beyond the noise floor: a change larger than {floor} (or the series' sample IQR where "
+    "larger), the A/A noise between separate asv runs on the H200 "
+    "(specsample.track.changepoints)."
+)
+
+
+# ---------------------------------------------------------------------------------------------
+# Pages
+# ---------------------------------------------------------------------------------------------
+
+
+def write_index(out_dir: Path, *, machine, data: pd.DataFrame, all_data: pd.DataFrame,
+                rendered: list[Rendered], notes: list[str], changes: pd.DataFrame,
+                newest: pd.DataFrame, captions: dict) -> Path:  # fmt: skip
+    """``out_dir/index.html``: header, newest vs previous, the ranked regressions and
+    improvements over commits, the figure sections, the environment."""
+    order = commit_order(data) if not data.empty else pd.DataFrame()
+    header = [f"{len(order)} commits"]
+    if len(order):
+        header.append(f"{order['date'].min():%Y-%m-%d} → {order['date'].max():%Y-%m-%d}")
+        header.append(f"newest {str(order['commit'].iloc[-1])[:8]}")
+    others = sorted(set(all_data["machine"].dropna()) - {machine}) if not all_data.empty else []
+    if others:
+        header.append("other machines: " + ", ".join(others))
+    sections = _sections(rendered, "index", captions)
+    links = [("#newest", "Newest vs previous"), ("#regressions", "Regressions"),
+             ("#improvements", "Improvements"),
+             *((f"#{s['id']}", s["heading"]) for s in sections),
+             ("#environment", "Environment")]  # fmt: skip
+    context = {
+        "machine": str(machine),
+        "header": header,
+        "releases_href": PAGES["releases"],
+        "nav": links,
+        "notes": notes,
+        "newest": _newest_context(newest),
+        "changes_caption": _changes_caption("commits"),
+        "regressions": _changes_table(changepoints.regressions(changes), "commits", "No regression over commits."),
+        "improvements": _changes_table(changepoints.improvements(changes), "commits", "No improvement over commits."),
+        "sections": sections,
+        "environment": _environment_context(data),
+    }
+    return _write(out_dir / PAGES["index"], "index.html", context)
+
+
+def write_releases(out_dir: Path, *, machine, rows: pd.DataFrame, rendered: list[Rendered],
+                   changes: pd.DataFrame, provenance: dict, captions: dict,
+                   notes: list[str]) -> Path:  # fmt: skip
+    """``out_dir/releases.html``: the placeholder change between releases, the newest release
+    against ours, faults and semantics, latency over releases, changes between releases,
+    provenance."""
+    releases = changepoints.release_order(rows["release"].dropna()) if not rows.empty else []
+    commits = sorted(set(rows["commit"].dropna())) if not rows.empty else []
+    header, notes = [], list(notes)
+    if releases:
+        header.append(f"measured at commit {', '.join(c[:8] for c in commits)}")
+        header.append(f"{len(releases)} releases: {', '.join(releases)}")
+        ours = sorted(set(rows.loc[rows["release"].isna(), "subject"].dropna()), key=subject_sort_key)
+        if ours:
+            header.append("beside them: " + ", ".join(ours))
+    else:
+        notes.append(
+            "No vLLM release results in these results yet: `specsample bench --tier "
+            "releases` on the GPU box measures every release of "
+            "specsample.tiers.MRV2_RELEASES beside mrv2, mrv2-pre50939 and fast."
+        )
+    sections = _sections(rendered, "releases", captions)
+    links = (
+        [
+            ("#placeholder-drop", "Placeholder change"),
+            ("#newest-release", "Newest vs ours"),
+            ("#release-outcomes", "Faults and semantics"),
+            *((f"#{s['id']}", s["heading"]) for s in sections),
+            ("#release-regressions", "Changes between releases"),
+        ]
+        if releases
+        else []
+    )
+    links += [("#provenance", "Provenance")]
+    provenance_rows, provenance_commit = _provenance_context(provenance, machine, commits)
+    context = {
+        "machine": str(machine),
+        "header": header,
+        "index_href": PAGES["index"],
+        "nav": links,
+        "notes": notes,
+        "has_releases": bool(releases),
+        "change": PLACEHOLDER_CHANGE,
+        "change_release": PLACEHOLDER_CHANGE_RELEASE,
+        "drop": _drop_context(rows),
+        "versus": _versus_context(rows),
+        "outcomes": _outcomes_context(rows),
+        "sections": sections,
+        "changes_caption": _changes_caption("releases"),
+        "regressions": _changes_table(changepoints.regressions(changes), "releases", "No regression between releases."),
+        "improvements": _changes_table(
+            changepoints.improvements(changes), "releases", "No improvement between releases."
+        ),
+        "provenance": provenance_rows,
+        "provenance_commit": provenance_commit,
+        "provenance_empty": "No provenance recorded (runs write it to results/<machine>/<sha8>.outcomes from now on).",
+    }
+    return _write(out_dir / PAGES["releases"], "releases.html", context)
+
+
+def section_captions(*, data: pd.DataFrame, placeholder_change: pd.DataFrame,
+                     release_rows: pd.DataFrame) -> dict[str, str]:  # fmt: skip
+    """The text under each figure section, with this build's numbers."""
+    values = dict(CAPTION_VALUES)
+    values["floor"] = changepoints.NOISE_FLOOR["commits"]
+    values["release_floor"] = changepoints.NOISE_FLOOR["releases"]
+    commits = sorted(set(release_rows["commit"].dropna())) if not release_rows.empty else []
+    values["commit"] = ", ".join(c[:8] for c in commits) or "—"
+    values["release_note"] = _placeholder_note(placeholder_change)
+    values["above_one"] = _above_one_note(data)
+    return {section: text.format(**values) for section, text in SECTION_TEXT}
+
+
+# ---------------------------------------------------------------------------------------------
+# Contexts
+# ---------------------------------------------------------------------------------------------
+
+
+def _write(path: Path, template: str, context: dict) -> Path:
+    path.write_text(_ENV.get_template(template).render(**context), encoding="utf-8")
+    return path
+
+
+def _sections(rendered: list[Rendered], page: str, captions: dict) -> list[dict]:
+    out = []
+    for section_id, heading, on_page in SECTIONS:
+        if on_page != page:
+            continue
+        items = [{"note": f"Skipped “{item.spec.title}”: {item.note}." if not item.files else "",
+                  "images": [{"src": src, "alt": alt} for src, alt in item.files]}
+                 for item in rendered if item.spec.section == section_id]  # fmt: skip
+        out.append({"id": section_id, "heading": heading, "entries": items, "caption": captions.get(section_id, "")})
+    return out
+
+
+def _floor_text(dimension: str) -> str:
+    relative = changepoints.NOISE_FLOOR[dimension]
+    absolute = changepoints.MIN_ABS_SECONDS[dimension]
+    return f"{relative:.0%} and {absolute * 1e6:g} µs of the point's latency"
+
+
+def _changes_caption(dimension: str) -> str:
+    over, newest, unit = (("over commits in date order", "newest commit", "commit")
+                          if dimension == "commits" else
+                          ("less the subject, over vLLM releases in version order",
+                           "newest release", "release"))  # fmt: skip
+    return CHANGES_CAPTION.format(over=over, newest=newest, unit=unit, floor=_floor_text(dimension))
+
+
+def _changes_table(changes: pd.DataFrame, dimension: str, empty: str) -> dict:
+    merged = sel.one_per_point(changes, ["direction", "before", "after"])
+    shown = merged.head(MAX_TABLE_ROWS)
+    axes = [a for a in PARAM_COLUMNS if a != "subject"]
+    rows = []
+    for change in shown.to_dict("records"):
+        before, after = str(change["before"]), str(change["after"])
+        if dimension == "commits":
+            before, after = before[:8], after[:8]
+        rows.append({
+            "direction": change["direction"],
+            "change": _pct(change["change"]),
+            "interval": _interval(change["change_lo"], change["change_hi"], change["change"]),
+            "benchmark": change["benchmark"],
+            "short": _short_benchmark(change["benchmark"]),
+            "subject": _text(change.get("subject")) or "vLLM releases",
+            "point": changepoints.point_label(change, axes),
+            "range": f"{before} … {after}",
+            "levels": f"{_value(change['value_before'], change['unit'])} → "
+                      f"{_value(change['value_after'], change['unit'])}",
+            "sizes": f"{change['n_before']} / {change['n_after']}",
+            "noise": _pct(change["noise"], signed=False),
+            "threshold": _pct(change["threshold"], signed=False),
+            "also": ", ".join(m.removeprefix("track_") for m in change["also"]),
+        })  # fmt: skip
+    more = len(merged) - len(shown)
+    count = (
+        f"{len(changes)} changes in {len(merged)} points (a point's metrics that changed alike in one row)."
+        if len(merged)
+        else ""
+    )
+    return {
+        "head": rows[:SHOWN_TABLE_ROWS],
+        "tail": rows[SHOWN_TABLE_ROWS:],
+        "empty": empty,
+        "count": count,
+        "more": f"{more} more not shown (specsample regressions --json lists all)." if more > 0 else "",
+    }
+
+
+def _newest_context(points: pd.DataFrame) -> dict:
+    summary = changepoints.newest_summary(points)
+    caption = NEWEST_CAPTION.format(floor=_floor_text("commits"))
+    if summary.empty:
+        return {
+            "summary": None,
+            "caption": caption,
+            "flagged": None,
+            "more": "",
+            "empty": "No series was measured at the newest commit and an earlier one.",
+        }
+    regressions = int(summary["regressions"].sum())
+    improvements = int(summary["improvements"].sum())
+    newest = ", ".join(sorted({str(c)[:8] for c in summary["newest"]}))
+    headline = (
+        f"{int(summary['points'].sum())} points in {len(summary)} benchmarks, each at the "
+        f"newest commit that measured it ({newest}) against the one before: "
+        f"{regressions} worse and {improvements} better beyond the noise floor."
+    )
+    rows = [{
+        "benchmark": row["benchmark"],
+        "short": _short_benchmark(row["benchmark"]),
+        "commits": f"{str(row['previous'])[:8]} → {str(row['newest'])[:8]}",
+        "points": str(row["points"]),
+        "geomean": _pct(row["geomean_change"]),
+        "range": f"{_pct(row['min_change'])} … {_pct(row['max_change'])}",
+        "regressions": str(int(row["regressions"])),
+        "improvements": str(int(row["improvements"])),
+    } for row in summary.to_dict("records")]  # fmt: skip
+    flagged = points[points["verdict"] != "unchanged"]
+    flagged = (
+        flagged.assign(_size=flagged["effect"].abs())
+        .sort_values(["verdict", "_size"], ascending=[False, False], kind="stable")
+        .drop(columns="_size")
+    )
+    flagged = sel.one_per_point(flagged, ["verdict", "previous", "newest"])
+    shown = flagged.head(MAX_TABLE_ROWS)
+    axes = [a for a in PARAM_COLUMNS if a != "subject"]
+    flagged_rows = [{
+        "verdict": row["verdict"],
+        "change": _pct(row["change"]),
+        "interval": _interval(row["change_lo"], row["change_hi"], row["change"]),
+        "benchmark": row["benchmark"],
+        "short": _short_benchmark(row["benchmark"]),
+        "subject": _text(row.get("subject")),
+        "point": changepoints.point_label(row, axes),
+        "levels": f"{_value(row['value_previous'], row['unit'])} → "
+                  f"{_value(row['value_newest'], row['unit'])}",
+        "threshold": _pct(row["threshold"], signed=False),
+        "also": ", ".join(m.removeprefix("track_") for m in row["also"]),
+    } for row in shown.to_dict("records")]  # fmt: skip
+    more = len(flagged) - len(shown)
+    table = {"head": flagged_rows[:SHOWN_TABLE_ROWS], "tail": flagged_rows[SHOWN_TABLE_ROWS:]}
+    changed = [r for r in rows if r["regressions"] != "0" or r["improvements"] != "0"]
+    quiet = [r for r in rows if r not in changed]
+    return {
+        "summary": {"changed": changed, "quiet": quiet},
+        "headline": headline,
+        "caption": caption,
+        "flagged": table if flagged_rows else None,
+        "tone": "bad" if regressions else "good",
+        "empty": "",
+        "more": f"{more} more not shown." if more > 0 else "",
+    }
+
+
+def _environment_context(data: pd.DataFrame) -> dict:
+    columns = ["commit", "date", "env", *ENV_COLUMNS]
+    if data.empty:
+        return {"rows": [], "columns": columns, "note": ""}
+    runs = sel.environment_changes(data)
+    rows = [
+        [str(r["commit"])[:8], f"{r['date']:%Y-%m-%d %H:%M}", *(_text(r[c]) or "—" for c in columns[2:])]
+        for r in runs.to_dict("records")
+    ]
+    note = "No <sha8>.gpuinfo recorded for these results." if data[list(ENV_COLUMNS)].isna().all().all() else ""
+    return {"rows": rows, "columns": columns, "note": note}
+
+
+def _placeholder_note(change: pd.DataFrame) -> str:
+    before, after = PLACEHOLDER_SUBJECTS
+    if change.empty:
+        return (
+            f"No reference drawn: vLLM {PLACEHOLDER_CHANGE_RELEASE} (where "
+            f"{PLACEHOLDER_CHANGE} landed) and the release before it have not both been "
+            f"measured (the releases tier does, on the GPU box), so the panels show our "
+            f"replica pair alone. Once they are, a dotted grey line marks {before}'s "
+            f"latency times the change measured between the two releases."
+        )
+    return (
+        f"Dotted grey line: {before}'s latency times the latency change measured between "
+        f"vLLM {change['before'].iloc[0]} and {change['after'].iloc[0]} ({PLACEHOLDER_CHANGE}) "
+        f"at the same mode, draft kind, pattern and phi (releases page); {after} lies on it "
+        f"where our replica pair reproduces the real change."
+    )
+
+
+def _above_one_note(data: pd.DataFrame) -> str:
+    above = sel.bandwidth_above_one(data)
+    if above.empty:
+        return NOTHING_ABOVE_ONE
+    listed = "; ".join(
+        f"{r['subject']} up to {r['max']:.2f} ({r['points']} points, {', '.join(r['benchmarks'])})"
+        for r in above.to_dict("records")
+    )
+    extra = [text for subject, text in ABOVE_ONE_SUBJECT_TEXT if subject in set(above["subject"])]
+    return " ".join([ABOVE_ONE_TEXT.format(above=listed), *extra])
+
+
+def _drop_context(rows: pd.DataFrame) -> dict:
+    change = sel.placeholder_change(rows)
+    table = sel.placeholder_ratio_change(change)
+    before, after = sel.placeholder_releases(rows) if not rows.empty else (None, None)
+    if table.empty:
+        missing = [
+            r
+            for r, got in (
+                (f"the release before {PLACEHOLDER_CHANGE_RELEASE}", before),
+                (PLACEHOLDER_CHANGE_RELEASE, after),
+            )
+            if got is None
+        ]
+        why = (
+            f"not measured: {', '.join(missing)}"
+            if missing
+            else "the Density sweep was not measured at phi=0 and phi=1 for both"
+        )
+        return {"rows": [], "empty": f"No placeholder change to show ({why})."}
+    out = []
+    for row in table.to_dict("records"):
+        tone = ""
+        if row["beyond_noise_phi1"]:
+            tone = "improvement" if row["change_phi1"] < 0 else "regression"
+        out.append({"mode": row["mode"], "draft": row["draft"], "pattern": row["placeholder_pattern"],
+                    "change_phi0": _pct(row["change_phi0"]), "change_phi1": _pct(row["change_phi1"]),
+                    "ratio_before": f"{row['phi1_over_phi0_before']:.3f}",
+                    "ratio_after": f"{row['phi1_over_phi0_after']:.3f}", "tone": tone})  # fmt: skip
+    caption = (
+        f"Latency of vLLM {after} against {before} (the newest release measured before "
+        f"it) at the base point, all placeholders (phi=1) and none (phi=0); "
+        f"{PLACEHOLDER_CHANGE} is about placeholder-heavy batches, so phi=0 is the "
+        f"control. Coloured: beyond the releases' noise floor ({_floor_text('releases')})."
+    )
+    return {"rows": out, "before": before, "after": after, "caption": caption, "empty": ""}
+
+
+def _versus_context(rows: pd.DataFrame) -> dict:
+    table = sel.newest_release_vs_ours(rows) if not rows.empty else pd.DataFrame()
+    if table.empty:
+        return {"rows": [], "empty": "No release measured beside mrv2 or fast."}
+    subjects = [c.removeprefix("ratio_") for c in table.columns if c.startswith("ratio_")]
+    out = [{"sweep": r["sweep"], "mode": r["mode"], "draft": r["draft"], "points": r["points"],
+            "cells": [{"ratio": f"{r[f'ratio_{s}']:.3f}",
+                       "range": f"{r[f'min_{s}']:.3f} … {r[f'max_{s}']:.3f}"} for s in subjects]}
+           for r in table.to_dict("records")]  # fmt: skip
+    release = table["release"].iloc[0]
+    caption = (
+        f"Latency of vLLM {release} over ours at the same points, measured in the same "
+        f"run (above 1: the release is slower), geomean and range over each sweep's "
+        f"points."
+    )
+    return {"rows": out, "subjects": subjects, "release": f"vllm=={release}", "caption": caption, "empty": ""}
+
+
+def _outcomes_context(rows: pd.DataFrame) -> dict:
+    table = sel.release_outcomes(rows) if not rows.empty else pd.DataFrame()
+    if table.empty:
+        return {"rows": [], "empty": "No release points."}
+    columns = ["release", "points", *STATUSES, *sel.OUTCOME_SEMANTICS]
+    out = []
+    for row in table.to_dict("records"):
+        bad = row["crashed"] + row["failed"] + row["violates placeholder semantics"]
+        out.append({"cells": [row[c] for c in columns], "tone": "flagged" if bad else ""})
+    faults = sel.release_faults(rows)
+    shown = faults.head(MAX_FAULT_ROWS)
+    fault_rows = [{k: _text(v) or "—" for k, v in r.items()} for r in shown.to_dict("records")]
+    more = len(faults) - len(shown)
+    caption = (
+        "Per release: the latency points measured, their status (crashed: the "
+        "subject's worker process died, a fault or a hang; a fresh worker went on) and "
+        "what its outputs were against mrv2's on the same inputs (specsample.semantics): "
+        "the same draws, the same placeholder semantics with other random draws, or "
+        "violating them."
+    )
+    return {
+        "rows": out,
+        "columns": columns,
+        "faults": fault_rows,
+        "caption": caption,
+        "empty": "",
+        "more": f"{more} more not shown." if more > 0 else "",
+    }
+
+
+def _provenance_context(provenance: dict, machine, commits: list[str]) -> tuple[list[dict], str]:
+    for commit in reversed(commits):
+        subjects = provenance.get((str(machine), commit[:8]))
+        if not subjects:
+            continue
+        rows = []
+        for name in sorted(subjects, key=subject_sort_key):
+            record = subjects[name] or {}
+            files = record.get("files") or {}
+            rows.append({
+                "subject": name, "kind": _text(record.get("kind")) or "—",
+                "version": _text(record.get("release") or record.get("commit") or record.get("ref")
+                                 or record.get("module")) or "—",
+                "wheel": " ".join(p for p in (_text(record.get("wheel")),
+                                              _short_hash(record.get("wheel_sha256"))) if p) or "—",
+                "files": [(path, _short_hash(digest)) for path, digest in sorted(files.items())]
+                if isinstance(files, dict) else [],
+            })  # fmt: skip
+        return rows, commit[:8]
+    return [], ""
+
+
+# ---------------------------------------------------------------------------------------------
+# Formatting
+# ---------------------------------------------------------------------------------------------
+
+
+def _pct(value, signed: bool = True) -> str:
+    """A fraction as a percentage: ``+8.1%``, ``−4.9%`` (a true minus); "—" when missing."""
+    if value is None or value is pd.NA or not math.isfinite(float(value)):
+        return "—"
+    value = 100 * float(value)
+    text = f"{value:+.1f}%" if signed else f"{value:.1f}%"
+    return "0.0%" if text in ("+0.0%", "-0.0%") else text.replace("-", "−")
+
+
+def _interval(lo, hi, change) -> str:
+    """``[lo, hi]``, or "—" where it collapses onto the change (one unreplicated point a side)."""
+    if not (math.isfinite(float(lo)) and math.isfinite(float(hi))) or abs(float(hi) - float(lo)) < 1e-12:
+        return "—"
+    return f"[{_pct(lo)}, {_pct(hi)}]"
+
+
+# Units shown compactly; times are scaled by sign-off's format_value (ns, µs, ms, s).
+_UNIT_FORMATS = {"ratio": "{:.3f}×", "fraction of copy bandwidth": "{:.3f}"}
+
+
+def _value(value, unit) -> str:
+    if value is None or not math.isfinite(float(value)):
+        return "n/a"
+    if unit in TIME_UNITS:
+        return format_value(float(value) * TIME_UNITS[unit], "seconds")
+    if unit in _UNIT_FORMATS:
+        return _UNIT_FORMATS[unit].format(float(value))
+    return format_value(float(value), unit)
+
+
+def _short_benchmark(name: str) -> str:
+    """``bench_sampler.NightlyBatchLatency.time_sample`` -> ``NightlyBatchLatency.time_sample``."""
+    return name.split(".", 1)[1] if name.count(".") >= 2 else name
+
+
+def _text(value) -> str:
+    if value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value)):
+        return ""
+    return str(value)
+
+
+def _short_hash(digest) -> str:
+    text = _text(digest)
+    return text[:12] if text else ""
