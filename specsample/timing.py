@@ -7,8 +7,8 @@ Method (``docs/measurement.md``), chosen on purpose and recorded with every resu
 * **CUDA graph replay**: ``calls_per_sample`` back-to-back calls are captured into one graph;
   one replay is timed with one CUDA event pair and divided by the count. This removes launch
   overhead, as a serving engine that captures its sampler sees it. Calls that cannot be
-  captured (host syncs, e.g. the ``torch-eager`` baseline) are timed the same way without the
-  graph, and the result says ``"events"`` instead of ``"cuda-graph"``.
+  captured (host syncs) are timed the same way without the graph, and the result says
+  ``"events"`` instead of ``"cuda-graph"``.
 * **Cold L2** (default): the calls rotate over several independent copies of the inputs whose
   total size is at least ``2 x L2``, so each call finds its logits evicted, as in production
   where the LM head has just written other data. **Warm L2** repeats one input set.
