@@ -11,8 +11,9 @@ line by line. The worker says which subject it is about to run before each step
 - that subject's point is recorded as ``crashed`` with the reason (the CUDA error, the signal, or
   the stall);
 - a fresh worker goes on with the other subjects of that point and the points after it;
-- a subject that crashed ``JobOptions.max_crashes`` times is not run again in this job (its
-  remaining points are recorded as crashed, saying so); nothing already measured is lost.
+- a subject that crashed ``JobOptions.max_crashes`` times in one verification mode is not run
+  again in that mode in this job (its remaining points there are recorded as crashed, saying
+  so; its other modes go on); nothing already measured is lost.
 
 Records are plain dicts (JSON): ``status`` ``ok`` (``samples``, ``median``, ``method``, ``l2``,
 ``calls_per_sample``, ``input_copies``, ``capture_error``, ``bytes``, ``semantics``,
@@ -81,6 +82,7 @@ class Outcome:
     crashes: list[tuple[str, str, str]] = field(default_factory=list)
     workers: int = 0
     seconds: float = 0.0
+    done: int = 0  # units finished by a worker (for progress lines)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -188,7 +190,7 @@ def _run_shard(pending, options, outcome, crash_count, python, log, total, gpu=N
             subject = unit.subjects[unit.names.index(name)]
             outcome.records[key][name] = {"status": "crashed", "reason": reason}
             outcome.crashes.append((key, subject, reason))
-            crash_count[subject] = crash_count.get(subject, 0) + 1
+            crash_count[(subject, unit.point.get("mode"))] = crash_count.get((subject, unit.point.get("mode")), 0) + 1
         say(f"specsample worker: {name} ({subject}) crashed at {_label(unit.point)}: {reason}")
         pending = [_replace_subjects(u, [n for n in u.names if n != name]) if u.key == key else u
                    for u in pending]  # fmt: skip
@@ -211,11 +213,13 @@ def _without_banned(unit: Unit, outcome: Outcome, crash_count: dict[str, int], o
     for subject, name in zip(unit.subjects, unit.names):
         if name in outcome.records[unit.key]:
             continue  # already recorded (crashed here earlier)
-        if crash_count.get(subject, 0) >= options.max_crashes:
+        count = crash_count.get((subject, unit.point.get("mode")), 0)
+        if count >= options.max_crashes:
             last = next(reason for _, subj, reason in reversed(outcome.crashes) if subj == subject)
             outcome.records[unit.key][name] = {
                 "status": "crashed",
-                "reason": f"not run: crashed {crash_count[subject]} times earlier in this run (last: {last})",
+                "reason": f"not run: crashed {count} times in {unit.point.get('mode')} mode earlier in this run "
+                f"(last: {last})",
             }
             continue
         keep.append(name)
@@ -270,7 +274,8 @@ def _run_worker(units, options, outcome, python, log, total, gpu=None, lock=None
                         record["gpu"] = str(gpu)  # the GPU index the point was measured on
                 with lock:
                     outcome.records[event["key"]].update(event["records"])
-                    finished = sum(1 for r in outcome.records.values() if r) if total else 0
+                    outcome.done += 1
+                    finished = outcome.done
                 done.add(event["key"])
                 unit = next(u for u in units if u.key == event["key"])
                 log(f"[{finished}/{total}] {_label(unit.point)}  {_summary(event['records'])}")

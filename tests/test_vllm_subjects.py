@@ -220,7 +220,7 @@ def test_a_subject_that_crashes_twice_is_not_run_again(tmp_path, cache):
     outcome = worker.run_units(_units((0.5, 0.5, 0.5, 0.0)), OPTIONS, log=lambda line: None)
     statuses = [outcome.records[f"u/{i}"]["vllm==9.12.0"]["status"] for i in range(4)]
     assert statuses == ["crashed", "crashed", "crashed", "crashed"]
-    assert "not run: crashed 2 times" in outcome.records["u/2"]["vllm==9.12.0"]["reason"]
+    assert "not run: crashed 2 times in standard mode" in outcome.records["u/2"]["vllm==9.12.0"]["reason"]
     assert outcome.workers == 3  # two crashes, then one worker for the rest
     assert all(outcome.records[f"u/{i}"]["mrv2"]["status"] == "ok" for i in range(4))
 
