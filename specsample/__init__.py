@@ -4,7 +4,7 @@
 (``specsample.rejection_sample``), so the results frame and the dashboards stay light.
 """
 
-__all__ = ["rejection_sample", "rejection_sample_fast"]
+__all__ = ["rejection_sample", "rejection_sample_fast", "rejection_sample_express"]
 __version__ = "0.2.0"
 
 

@@ -1,6 +1,7 @@
 """The public samplers: ``specsample.rejection_sample`` (mrv2), ``rejection_sample_fast``,
-and the benchmark-only pre-#50939 replica. Each validates its arguments in one place
-(:mod:`specsample.validation`) before any kernel launches."""
+``rejection_sample_express`` (its own random stream) and the benchmark-only pre-#50939
+replica. Each validates its arguments in one place (:mod:`specsample.validation`) before any
+kernel launches."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from collections.abc import Callable
 
 import torch
 
-from .kernels import fast, mrv2, pre50939
+from .kernels import express, fast, mrv2, pre50939
 from .validation import check_inputs
 
 
@@ -106,6 +107,18 @@ def rejection_sample_fast(*args, config: fast.Config | None = None, **kwargs) ->
     """The ``fast`` sampler (:mod:`specsample.kernels.fast`): the arguments, validation, outputs
     and random draws of :func:`rejection_sample` (see there), plus ``config`` (default: by R)."""
     return checked_launch(bind_arguments(args, kwargs), launch=functools.partial(fast.launch, config=config))
+
+
+def rejection_sample_express(
+    *args, config: express.Config | None = None, **kwargs
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The ``express`` sampler (:mod:`specsample.kernels.express`): the arguments, validation,
+    outputs and acceptance decisions of :func:`rejection_sample` (see there), plus ``config``
+    (launch geometry only; default: by R). Its own random stream: the recovered / bonus token is
+    drawn by two-level inverse-transform sampling, exact in distribution and reproduced draw for
+    draw by :mod:`specsample.reference.express`, not by mrv2's Gumbel noise; ``use_fp64`` has
+    no effect."""
+    return checked_launch(bind_arguments(args, kwargs), launch=functools.partial(express.launch, config=config))
 
 
 def rejection_sample_pre50939(*args, **kwargs) -> tuple[torch.Tensor, torch.Tensor]:

@@ -1,0 +1,1100 @@
+"""The ``express`` sampler: MRV2's verification with its own random stream and no per-token noise.
+
+Same inputs, outputs, modes and acceptance rules as :mod:`.mrv2` (greedy, standard, block
+verification, synthetic rates, ``-1`` placeholders, draft logits or one-hot drafts), and the
+same acceptance uniforms (word 0 of Philox keyed by the request's seed and the row's position),
+so it accepts what mrv2 accepts. It differs in how the recovered / bonus token is drawn: not by
+a Gumbel-max over every vocabulary entry (one Philox evaluation and two logarithms per entry,
+most of ``fast``'s resample time, notes/performance.md), but by **two-level inverse-transform
+sampling** over a fixed partition of the vocabulary into blocks of :data:`SAMPLE_BLOCK` entries:
+
+* level 1: one block ``b`` with probability ``m_b / Z`` (``m_b`` the block's mass of the
+  distribution to sample), from one fp64 uniform per row;
+* level 2: one token ``x`` of that block with probability ``r_x / m_b``, from one fp64 uniform
+  per (row, block).
+
+``P(x) = (m_b / Z) (r_x / m_b) = r_x / Z``: exact. The block masses come from a pass that reads
+the row anyway -- the stats partials (one-hot residual: less the rejected draft's own term), the
+residual-mass partials (block verification with draft logits, ``tau >= 1``), or the resample
+pass (the bonus / placeholder row, and the draft-logits residual at the rejected row, whose
+masses need the row's LSEs first) -- and both picks happen once per request, in the insert
+step, which reads only the chosen block again (8 KB of target, plus 4 KB of bf16 draft).
+
+Random stream (all Philox-4x32-10, key = the request slot's int64 seed; ``pos`` = the row's
+absolute position as uint32). Every draw depends on (seed, position, block) only, never on the
+batch layout or on a configuration:
+
+* row words ``w0..w3`` = Philox(counter ``(pos, 0, 0, 0)``): ``w0`` as ``tl.rand`` (clamped to
+  at least 2**-31) is the acceptance uniform of the step tested on that row, exactly mrv2's;
+  ``((w1 << 21) | (w2 >> 11)) * 2**-53`` is the row's level-1 uniform (fp64, in ``[0, 1)``).
+* block words of block ``b`` = Philox(counter ``(pos, 1 + b, 0, 0)``):
+  ``((w0 << 21) | (w1 >> 11)) * 2**-53`` is the level-2 uniform of that row and block.
+
+Numerics, so that the reference reproduces the draws: everything a draw is compared against is
+fp64 -- log-sum-exps, cumulative log p, acceptance thresholds, block masses, both levels' prefix
+sums -- and every sum over entries is fp32 over chunks of :data:`CHUNK` = 32 entries, then fp64
+over the chunk sums: reduction order then moves a sum by ~1e-7 of a chunk, not of the block,
+with one fp64 conversion per 32 entries. Per-entry values (``exp`` of fp32 logits) stay fp32,
+the fp64 LSE subtracted as an fp32 hi + lo pair. Draft logits are multiplied by the IEEE
+reciprocal of T (one rounding per entry, as close to ``draft / T`` as a division is, and
+bit-identical between the GPU and the reference: Triton's fp32 ``/`` is ``div.full``, whose
+error would tilt every draft logit of a row alike and so shift the residual's boundaries). (fp32 prefix sums over 2048 entries would move
+a boundary by ~1e-6 of the block mass with the scan's order, changing ~0.3% of the tokens
+between the kernel and any reference.) Level 2 picks a chunk by its mass, then an entry of the
+chunk with the uniform's remainder rescaled to the chunk. Prefix sums of non-negative terms are
+not monotone in floating point (each prefix has its own association), so every pick
+(:func:`_pick`) is: the first index whose prefix exceeds ``u * total`` **among positive
+weights** -- a zero weight (a ``-inf`` logit, the rejected one-hot draft, padding past ``V``)
+is never picked, whatever the rounding; if none qualifies (``u * total`` at or past every
+prefix, by rounding) the last positive weight (the "last-block fallback"); if all weights are
+zero (an all-NaN row), index 0.
+
+Kernels (grid; launched when), stage names as :data:`specsample.schema.STAGES`:
+
+1. ``stats``          (R*K, nb/S)   always: block max and chunked sum-exp (or argmax) of the rows
+                                    something reads (fast's rule and request-major grid)
+2. ``cum_log_p``      (R,)          block verification: fp64 prefix joint ratios, and the fp64
+                                    LSEs of each row read (for the residual-mass pass)
+3. ``residual_mass``  (R*(K-1), nb/S) block verification with draft logits: chunked residual mass
+                                    per block, rows ``1 <= j < first -1`` (fast's rows)
+4. ``rejection``      (R,)          always: tau; the plan of row c_r + tau; level 1 where the
+                                    block masses are known (one-hot; block + draft logits, tau >= 1)
+5. ``resample``       (R, nb/S)     always: block masses of the bonus / placeholder row or of the
+                                    draft residual (or block argmaxes of a greedy bonus row);
+                                    every other plan's programs exit at once
+6. ``insert``         (R,)          from R = 32 up: level 1 where not yet drawn, level 2 in the
+                                    chosen block (one block read), num_sampled = tau + 1. Below
+                                    R = 32 the resample kernel's last program per request does it
+                                    (``Config.fused_insert``, fast's scheme and counter)
+
+CUDA-graph capturable: every buffer is allocated in :class:`Pipeline`'s ``__init__``, and no
+launch reads anything back to the host. ``use_fp64`` is accepted and changes nothing (the
+draws already compare in fp64).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+from .fast import _request_rows
+from .mrv2 import _global_argmax, _resampled_token, _uniform
+
+# Entries per vocabulary block of the two-level sampler. Part of the random stream's definition
+# (block b's level-2 uniform is keyed by b): it must not depend on R or on a configuration, or
+# a request's tokens would change when its batch is split.
+SAMPLE_BLOCK = 2048
+# Entries per chunk: sums over a chunk are fp32, sums of chunk sums fp64 (see the module docstring).
+CHUNK = tl.constexpr(32)
+_SCALE_53 = tl.constexpr(1.1102230246251565e-16)  # 2**-53
+
+# Plans for the token of row c_r + tau (per request, written by the rejection kernel)
+PLAN_DONE = tl.constexpr(0)  # greedy rejection: the argmax is written
+PLAN_ARGMAX = tl.constexpr(1)  # greedy bonus row: first argmax of the target row
+PLAN_TARGET = tl.constexpr(2)  # softmax(target row): the bonus row, or the row of a placeholder (never drawn)
+PLAN_RESIDUAL = tl.constexpr(3)  # max(p - q, 0), draft logits, masses from the resample pass (standard; block tau = 0)
+PLAN_ONE_HOT = tl.constexpr(4)  # p without the rejected draft: level 1 from the stats partials
+PLAN_BLOCK_RESIDUAL = tl.constexpr(5)  # max(p_tau p - q, 0), block + draft logits, tau >= 1: level 1 from residual mass
+
+
+@dataclass(frozen=True)
+class Config:
+    """Launch geometry; none of it changes a draw (the sampling blocks are :data:`SAMPLE_BLOCK`)."""
+
+    stats_blocks: int = 2  # sampling blocks per stats program (4096 entries: fast's large-batch stats)
+    stats_warps: int = 4
+    residual_blocks: int = 2  # sampling blocks per residual-mass program (fast's 4096)
+    residual_warps: int = 4
+    resample_blocks: int = 1  # sampling blocks per resample program (fast's 2048)
+    resample_warps: int = 4
+    insert_warps: int = 4  # insert (or the resample kernel's last program): one block's level 2
+    fused_insert: bool = False  # the resample kernel's last program per request inserts (fast's scheme)
+
+    def __post_init__(self) -> None:
+        for name in ("stats_blocks", "residual_blocks", "resample_blocks"):
+            if getattr(self, name) not in (1, 2, 4, 8):
+                raise ValueError(f"{name}: expected 1, 2, 4 or 8, got {getattr(self, name)}")
+        for name in ("stats_warps", "residual_warps", "resample_warps", "insert_warps"):
+            if getattr(self, name) not in (1, 2, 4, 8, 16, 32):
+                raise ValueError(f"{name}: expected a power of two in [1, 32], got {getattr(self, name)}")
+
+
+LARGE_BATCH_CONFIG = Config()
+# fast's small-batch choices: stats of 8192 entries and 8 warps (as parallel as mrv2 below R=32),
+# and the insert inside the resample kernel (one launch fewer; from R=32 up the count costs more)
+SMALL_BATCH_CONFIG = Config(stats_blocks=4, stats_warps=8, fused_insert=True)
+SMALL_BATCH_BELOW = 32
+
+
+def default_config(num_reqs: int) -> Config:
+    """The configuration used when none is given (R is known on the host: no device sync)."""
+    return SMALL_BATCH_CONFIG if num_reqs < SMALL_BATCH_BELOW else LARGE_BATCH_CONFIG
+
+
+# ---------------------------------------------------------------------------------------------
+# Device helpers: the random stream, fp64 reductions, the inverse-CDF pick
+# ---------------------------------------------------------------------------------------------
+
+
+@triton.jit
+def _row_uniform(seed, position):
+    # Level-1 uniform of a row: words 1 and 2 of Philox(seed; pos, 0, 0, 0) as a 53-bit fp64.
+    _, w1, w2, _ = tl.randint4x(seed, position.to(tl.int32))
+    bits = (w1.to(tl.uint64) << 21) | (w2.to(tl.uint64) >> 11)
+    return bits.to(tl.float64) * _SCALE_53
+
+
+@triton.jit
+def _block_uniform(seed, position, block):
+    # Level-2 uniform of (row, block b): words 0 and 1 of Philox(seed; pos, 1 + b, 0, 0). An int64
+    # offset gives the counter (low 32 bits, high 32 bits, 0, 0).
+    counter = (position.to(tl.int32).to(tl.int64) & 0xFFFFFFFF) | ((block + 1).to(tl.int64) << 32)
+    w0, w1, _, _ = tl.randint4x(seed, counter)
+    bits = (w0.to(tl.uint64) << 21) | (w1.to(tl.uint64) >> 11)
+    return bits.to(tl.float64) * _SCALE_53
+
+
+@triton.jit
+def _pick(weights, u, SIZE: tl.constexpr):
+    # Inverse CDF over non-negative fp64 weights [SIZE]: the first index whose prefix sum exceeds
+    # u * total among positive weights; else the last positive weight; else 0. Returns the
+    # index and the total (the block's mass at level 2).
+    k = tl.arange(0, SIZE)
+    prefix = tl.cumsum(weights, 0)
+    total = tl.sum(weights, 0)
+    positive = weights > 0.0
+    first = tl.min(tl.where((prefix > u * total) & positive, k, SIZE), 0)
+    last = tl.max(tl.where(positive, k, -1), 0)
+    return tl.where(first < SIZE, first, tl.maximum(last, 0)), total
+
+
+@triton.jit
+def _sample_block(r, v, NC: tl.constexpr, CHUNK_: tl.constexpr):
+    # Level 2 over one sampling block of fp32 weights r >= 0, as [NC, CHUNK_] chunks in order,
+    # with the fp64 uniform v: a chunk by _pick over the chunk masses (fp32 sums, then fp64),
+    # then an entry of that chunk by _pick with v's remainder rescaled to the chunk. Returns the
+    # entry's index in the block and the block's mass (fp64).
+    chunk_mass = tl.sum(r, 1).to(tl.float64)
+    j, total = _pick(chunk_mass, v, NC)
+    c = tl.arange(0, NC)
+    before = tl.sum(tl.where(c < j, chunk_mass, 0.0), 0)
+    mass_j = tl.sum(tl.where(c == j, chunk_mass, 0.0), 0)
+    t = tl.where(mass_j > 0.0, (v * total - before) / mass_j, 0.0)
+    inner = tl.sum(tl.where(c[:, None] == j, r, 0.0), 0).to(tl.float64)
+    i, _ = _pick(inner, t, CHUNK_)
+    return j * CHUNK_ + i, total
+
+
+@triton.jit
+def _chunk_offsets(block, NC: tl.constexpr, CHUNK_: tl.constexpr):
+    # Vocabulary offsets of sampling block ``block`` as [NC, CHUNK_] chunks in order.
+    return block * (NC * CHUNK_) + tl.arange(0, NC)[:, None] * CHUNK_ + tl.arange(0, CHUNK_)[None, :]
+
+
+@triton.jit
+def _lse(local_max_ptr, local_sumexp_ptr, row, local_stride, num_blocks, NB_P2: tl.constexpr):
+    # fp64 log-sum-exp of a row from its block partials (fp32 maxima, fp64 sum-exps); a block
+    # whose max is -inf contributes 0; an all -inf row gives -inf.
+    offs = tl.arange(0, NB_P2)
+    mask = offs < num_blocks
+    m = tl.load(local_max_ptr + row * local_stride + offs, mask=mask, other=float("-inf")).to(tl.float64)
+    s = tl.load(local_sumexp_ptr + row * local_stride + offs, mask=mask, other=0.0)
+    big = tl.max(m, 0)
+    w = tl.where(m == float("-inf"), 0.0, s * tl.exp(m - big))
+    return big + tl.log(tl.sum(w, 0))
+
+
+@triton.jit
+def _finite_or_neg_inf(x):
+    # NaN is treated as -inf throughout, as mrv2 does in its reductions.
+    return tl.where(x != x, float("-inf"), x)
+
+
+@triton.jit
+def _split(value):
+    # An fp64 scalar as fp32 hi + lo (hi = round(value), lo = round(value - hi)).
+    hi = value.to(tl.float32)
+    lo = (value - hi.to(tl.float64)).to(tl.float32)
+    return hi, lo
+
+
+@triton.jit
+def _residual(x, y, target_lse, draft_lse, scale):
+    # max(scale * p - q, 0) per entry in fp32, p = exp(x - L_t), q = exp(y - L_d), the fp64 LSEs
+    # subtracted as hi + lo (fp32 operations only, reproducible); NaN (an all -inf row) -> 0.
+    t_hi, t_lo = _split(target_lse)
+    d_hi, d_lo = _split(draft_lse)
+    p = tl.exp((x - t_hi) - t_lo)
+    q = tl.exp((y - d_hi) - d_lo)
+    r = scale * p - q
+    return tl.where(r > 0.0, r, 0.0)
+
+
+@triton.jit
+def _chunked_sum(e, SUB: tl.constexpr, BLOCK: tl.constexpr):
+    # Row sums of [SUB, BLOCK] fp32: fp32 over chunks of CHUNK entries, fp64 over the chunk sums.
+    # Which entries share a chunk does not matter here (can_reorder: no data movement).
+    chunks = tl.reshape(e, (SUB, BLOCK // CHUNK, CHUNK), can_reorder=True)
+    return tl.sum(tl.sum(chunks, 2).to(tl.float64), 1)
+
+
+@triton.jit
+def _inverse(temperature):
+    # 1 / T, IEEE-rounded (div.rn; Triton's fp32 "/" is the approximate div.full): draft logits
+    # are multiplied by it, so the kernels and the reference divide by T bit for bit alike.
+    return tl.math.div_rn(1.0, temperature)
+
+
+@triton.jit
+def _gather(ptr, index):
+    return _finite_or_neg_inf(tl.load(ptr + index).to(tl.float32))
+
+
+# ---------------------------------------------------------------------------------------------
+# Kernel 1: stats, only for rows something reads (fast's rule), with fp64 sum-exps
+# ---------------------------------------------------------------------------------------------
+
+
+@triton.jit
+def _stats_kernel(
+    target_logits_ptr,
+    target_logits_stride,
+    draft_logits_ptr,
+    draft_logits_stride_0,
+    draft_logits_stride_1,
+    draft_sampled_ptr,
+    cu_num_logits_ptr,
+    idx_mapping_ptr,
+    temperature_ptr,
+    target_local_argmax_ptr,
+    target_local_max_ptr,
+    target_local_sumexp_ptr,
+    draft_local_max_ptr,
+    draft_local_sumexp_ptr,
+    local_stride,
+    num_blocks,
+    vocab_size,
+    HAS_DRAFT_LOGITS: tl.constexpr,
+    K_P2: tl.constexpr,
+    GROUPS: tl.constexpr,
+    SUB: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
+    # Program (req * K + j, g): row j of request req, sampling blocks g*SUB .. g*SUB + SUB-1 as
+    # one [SUB, BLOCK] tile, one partial per sampling block. A greedy request reads rows
+    # j <= first placeholder (greedy writes the argmax there), the others rows j < first.
+    req = (tl.program_id(0) // GROUPS).to(tl.int64)
+    j = tl.program_id(0) % GROUPS
+    start, num_drafts, first = _request_rows(cu_num_logits_ptr, draft_sampled_ptr, req, K_P2)
+    slot = tl.load(idx_mapping_ptr + req).to(tl.int64)
+    temperature = tl.load(temperature_ptr + slot)
+    num_read = tl.where(temperature == 0.0, tl.minimum(first + 1, num_drafts), first)
+    if j >= num_read:
+        return
+    row = start + j
+    blocks = tl.program_id(1) * SUB + tl.arange(0, SUB)
+    offs = blocks[:, None] * BLOCK + tl.arange(0, BLOCK)[None, :]
+    vmask = offs < vocab_size
+    x = tl.load(target_logits_ptr + row * target_logits_stride + offs, mask=vmask, other=float("-inf"))
+    if HAS_DRAFT_LOGITS:
+        # Issued with the target's load (fast's early draft load); nothing for a greedy row.
+        d_ptrs = draft_logits_ptr + slot * draft_logits_stride_0 + j.to(tl.int64) * draft_logits_stride_1 + offs
+        y_raw = tl.load(d_ptrs, mask=offs < tl.where(temperature != 0.0, vocab_size, 0), other=float("-inf"))
+    x = _finite_or_neg_inf(x.to(tl.float32))
+    block_max = tl.max(x, 1)
+    out = row * local_stride + blocks
+    bmask = blocks < num_blocks
+    tl.store(target_local_max_ptr + out, block_max, mask=bmask)
+    if temperature == 0.0:
+        arg = tl.argmax(x, 1, tie_break_left=True)
+        tl.store(target_local_argmax_ptr + out, blocks.to(tl.int64) * BLOCK + arg.to(tl.int64), mask=bmask)
+    else:
+        e = tl.where(x == float("-inf"), 0.0, tl.exp(x - block_max[:, None]))
+        tl.store(target_local_sumexp_ptr + out, _chunked_sum(e, SUB, BLOCK), mask=bmask)
+        if HAS_DRAFT_LOGITS:
+            y = _finite_or_neg_inf(y_raw.to(tl.float32) * _inverse(temperature))
+            d_max = tl.max(y, 1)
+            ey = tl.where(y == float("-inf"), 0.0, tl.exp(y - d_max[:, None]))
+            tl.store(draft_local_max_ptr + out, d_max, mask=bmask)
+            tl.store(draft_local_sumexp_ptr + out, _chunked_sum(ey, SUB, BLOCK), mask=bmask)
+
+
+# ---------------------------------------------------------------------------------------------
+# Kernel 2: cumulative log p in fp64 (block verification)
+# ---------------------------------------------------------------------------------------------
+
+
+@triton.jit
+def _cumulative_log_p_kernel(
+    target_logits_ptr,
+    target_logits_stride,
+    draft_logits_ptr,
+    draft_logits_stride_0,
+    draft_logits_stride_1,
+    draft_sampled_ptr,
+    cu_num_logits_ptr,
+    idx_mapping_ptr,
+    temperature_ptr,
+    target_local_max_ptr,
+    target_local_sumexp_ptr,
+    draft_local_max_ptr,
+    draft_local_sumexp_ptr,
+    local_stride,
+    num_blocks,
+    cumulative_log_p_ptr,
+    row_lse_ptr,
+    HAS_DRAFT_LOGITS: tl.constexpr,
+    NB_P2: tl.constexpr,
+):
+    # log p_i = min(log p_{i-1} + log M_b(X_i) - log M_s(X_i), 0), fp64, up to the first -1 (the
+    # value is carried, unchanged, through it and every later row: none of them is read). With
+    # draft logits each real row's two LSEs are kept for the residual-mass pass ([N, 2] fp64).
+    req = tl.program_id(0)
+    slot = tl.load(idx_mapping_ptr + req).to(tl.int64)
+    temperature = tl.load(temperature_ptr + slot)
+    if temperature == 0.0:
+        return
+    start = tl.load(cu_num_logits_ptr + req).to(tl.int64)
+    num_drafts = tl.load(cu_num_logits_ptr + req + 1).to(tl.int64) - start - 1
+    log_p = tl.zeros((), dtype=tl.float64)
+    real = tl.full((), 1, dtype=tl.int1)
+    for step in range(0, num_drafts):
+        row = start + step
+        token = tl.load(draft_sampled_ptr + row + 1).to(tl.int64)
+        real = real & (token >= 0)
+        if real:
+            lse = _lse(target_local_max_ptr, target_local_sumexp_ptr, row, local_stride, num_blocks, NB_P2)
+            lp = _gather(target_logits_ptr + row * target_logits_stride, token).to(tl.float64) - lse
+            lq = tl.zeros((), dtype=tl.float64)
+            if HAS_DRAFT_LOGITS:
+                d_lse = _lse(draft_local_max_ptr, draft_local_sumexp_ptr, row, local_stride, num_blocks, NB_P2)
+                d_ptr = draft_logits_ptr + slot * draft_logits_stride_0 + step * draft_logits_stride_1
+                y = _finite_or_neg_inf(tl.load(d_ptr + token).to(tl.float32) * _inverse(temperature))
+                lq = y.to(tl.float64) - d_lse
+                tl.store(row_lse_ptr + 2 * row, lse)
+                tl.store(row_lse_ptr + 2 * row + 1, d_lse)
+            log_p = tl.minimum(log_p + lp - lq, 0.0)
+        tl.store(cumulative_log_p_ptr + row, log_p)
+
+
+# ---------------------------------------------------------------------------------------------
+# Kernel 3: residual mass (block verification with draft logits)
+# ---------------------------------------------------------------------------------------------
+
+
+@triton.jit
+def _residual_mass_kernel(
+    target_logits_ptr,
+    target_logits_stride,
+    draft_logits_ptr,
+    draft_logits_stride_0,
+    draft_logits_stride_1,
+    draft_sampled_ptr,
+    cumulative_log_p_ptr,
+    row_lse_ptr,
+    cu_num_logits_ptr,
+    idx_mapping_ptr,
+    temperature_ptr,
+    local_residual_mass_ptr,
+    local_stride,
+    num_blocks,
+    vocab_size,
+    K_P2: tl.constexpr,
+    GROUPS: tl.constexpr,
+    SUB: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
+    # Program (req * (K-1) + j - 1, g): row j >= 1 of request req, read when d_1..d_{j+1} are real
+    # (the rejection kernel reads Z_{j+1} = sum_b mass[t, b] then, and level 1 picks from these
+    # masses if tau lands on row j); sampling blocks g*SUB .. g*SUB + SUB-1 as one tile.
+    req = (tl.program_id(0) // GROUPS).to(tl.int64)
+    j = 1 + tl.program_id(0) % GROUPS
+    start, num_drafts, first = _request_rows(cu_num_logits_ptr, draft_sampled_ptr, req, K_P2)
+    if j >= first:
+        return
+    slot = tl.load(idx_mapping_ptr + req).to(tl.int64)
+    temperature = tl.load(temperature_ptr + slot)
+    if temperature == 0.0:
+        return
+    row = start + j
+    blocks = tl.program_id(1) * SUB + tl.arange(0, SUB)
+    offs = blocks[:, None] * BLOCK + tl.arange(0, BLOCK)[None, :]
+    mask = offs < vocab_size
+    x = tl.load(target_logits_ptr + row * target_logits_stride + offs, mask=mask, other=float("-inf"))
+    d_ptr = draft_logits_ptr + slot * draft_logits_stride_0 + j.to(tl.int64) * draft_logits_stride_1
+    y = tl.load(d_ptr + offs, mask=mask, other=float("-inf"))
+    scale = tl.exp(tl.load(cumulative_log_p_ptr + row - 1)).to(tl.float32)  # p_j
+    x = _finite_or_neg_inf(x.to(tl.float32))
+    y = _finite_or_neg_inf(y.to(tl.float32) * _inverse(temperature))
+    r = _residual(x, y, tl.load(row_lse_ptr + 2 * row), tl.load(row_lse_ptr + 2 * row + 1), scale)
+    mass = _chunked_sum(tl.where(mask, r, 0.0), SUB, BLOCK)
+    tl.store(local_residual_mass_ptr + row * local_stride + blocks, mass, mask=blocks < num_blocks)
+
+
+# ---------------------------------------------------------------------------------------------
+# Kernel 4: rejection and the plan
+# ---------------------------------------------------------------------------------------------
+
+
+@triton.jit
+def _rejection_kernel(
+    sampled_ptr,
+    sampled_stride,
+    num_sampled_ptr,
+    plan_ptr,
+    plan_block_ptr,
+    plan_lse_ptr,
+    plan_scale_ptr,
+    target_logits_ptr,
+    target_logits_stride,
+    draft_logits_ptr,
+    draft_logits_stride_0,
+    draft_logits_stride_1,
+    draft_sampled_ptr,
+    pos_ptr,
+    cu_num_logits_ptr,
+    idx_mapping_ptr,
+    temperature_ptr,
+    seed_ptr,
+    target_local_argmax_ptr,
+    target_local_max_ptr,
+    target_local_sumexp_ptr,
+    draft_local_max_ptr,
+    draft_local_sumexp_ptr,
+    local_residual_mass_ptr,
+    local_stride,
+    num_blocks,
+    cumulative_log_p_ptr,
+    synthetic_conditional_rates_ptr,
+    HAS_DRAFT_LOGITS: tl.constexpr,
+    SYNTHETIC_MODE: tl.constexpr,
+    USE_BLOCK_VERIFICATION: tl.constexpr,
+    NB_P2: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
+    req = tl.program_id(0).to(tl.int64)
+    slot = tl.load(idx_mapping_ptr + req).to(tl.int64)
+    start = tl.load(cu_num_logits_ptr + req).to(tl.int64)
+    num_drafts = tl.load(cu_num_logits_ptr + req + 1).to(tl.int64) - start - 1
+    temperature = tl.load(temperature_ptr + slot)
+    seed = tl.load(seed_ptr + slot)
+    is_greedy = temperature == 0.0
+    tau = tl.zeros((), dtype=tl.int64)
+    verifying = tl.full((), 1, dtype=tl.int1)
+    out = sampled_ptr + req * sampled_stride
+    nb = tl.arange(0, NB_P2)
+    nb_mask = nb < num_blocks
+
+    for step in range(0, num_drafts):
+        row = start + step
+        raw = tl.load(draft_sampled_ptr + row + 1).to(tl.int64)
+        valid = raw >= 0
+        token = tl.maximum(raw, 0)  # clamp: never form a pointer from -1
+        if is_greedy:
+            # mrv2's greedy path: not short-circuited at a -1, where it stores the argmax.
+            if verifying:
+                best = _global_argmax(
+                    target_local_argmax_ptr, target_local_max_ptr, row, local_stride, num_blocks, NB_P2
+                )
+                if SYNTHETIC_MODE:
+                    accepted = _uniform(seed, tl.load(pos_ptr + row)) < tl.load(synthetic_conditional_rates_ptr + step)
+                else:
+                    accepted = best == token
+                accepted = accepted & valid
+                tl.store(out + step, tl.where(accepted, token, best))
+                tau += accepted.to(tl.int64)
+                verifying = accepted
+        else:
+            verifying = verifying & valid  # stop at the first -1, before any work
+            if verifying:
+                u32 = _uniform(seed, tl.load(pos_ptr + row))
+                u = u32.to(tl.float64)
+                if USE_BLOCK_VERIFICATION:
+                    # Sun et al.: tau = max{i+1 : u_i <= h_i}, in fp64
+                    pi = tl.exp(tl.load(cumulative_log_p_ptr + row))
+                    nxt = tl.load(draft_sampled_ptr + row + 2, mask=step < num_drafts - 1, other=-1).to(tl.int64)
+                    if nxt >= 0:
+                        if HAS_DRAFT_LOGITS:
+                            partial = tl.load(
+                                local_residual_mass_ptr + (row + 1) * local_stride + nb, mask=nb_mask, other=0.0
+                            )
+                            z = tl.sum(partial, 0)
+                        else:
+                            # One-hot: sum_x max(pi M_b(x) - delta_d(x), 0) = pi (1 - M_b(d)).
+                            lse_next = _lse(
+                                target_local_max_ptr, target_local_sumexp_ptr, row + 1, local_stride, num_blocks, NB_P2
+                            )
+                            x_next = _gather(target_logits_ptr + (row + 1) * target_logits_stride, nxt).to(tl.float64)
+                            z = pi * (1.0 - tl.exp(x_next - lse_next))
+                        denom = z + 1.0 - pi
+                        h = tl.where(denom > 0.0, z / denom, 1.0)
+                    else:
+                        h = pi  # end of the block: h = p_gamma
+                    if u <= h:
+                        tau = step + 1
+                    tl.store(out + step, token)
+                else:
+                    # Leviathan et al.: accept iff log p(d) > log u + log q(d) (strict), in fp64.
+                    lse = _lse(target_local_max_ptr, target_local_sumexp_ptr, row, local_stride, num_blocks, NB_P2)
+                    lp = _gather(target_logits_ptr + row * target_logits_stride, token).to(tl.float64) - lse
+                    lq = tl.zeros((), dtype=tl.float64)
+                    if HAS_DRAFT_LOGITS:
+                        d_lse = _lse(draft_local_max_ptr, draft_local_sumexp_ptr, row, local_stride, num_blocks, NB_P2)
+                        d_ptr = draft_logits_ptr + slot * draft_logits_stride_0 + step * draft_logits_stride_1
+                        y = _finite_or_neg_inf(tl.load(d_ptr + token).to(tl.float32) * _inverse(temperature))
+                        lq = y.to(tl.float64) - d_lse
+                    if SYNTHETIC_MODE:
+                        accepted = u32 < tl.load(synthetic_conditional_rates_ptr + step)
+                    else:
+                        accepted = lp > tl.log(u) + lq
+                    accepted = accepted & valid
+                    tl.store(out + step, token)
+                    tau += accepted.to(tl.int64)
+                    verifying = accepted
+    tl.store(num_sampled_ptr + req, tau.to(tl.int32))
+
+    # ---- the plan for row c_r + tau
+    row = start + tau
+    rejected = tl.load(draft_sampled_ptr + row + 1, mask=tau < num_drafts, other=-1).to(tl.int64)
+    plan = tl.full((), PLAN_TARGET, tl.int32)  # bonus row, or a placeholder: the plain target
+    if is_greedy:
+        plan = tl.where(tau == num_drafts, PLAN_ARGMAX, PLAN_DONE).to(tl.int32)
+    elif rejected >= 0:
+        u_row = _row_uniform(seed, tl.load(pos_ptr + row))
+        if HAS_DRAFT_LOGITS:
+            # max(p_tau p - q, 0) at row tau (p_tau = 1 outside block verification and at tau = 0)
+            plan = tl.full((), PLAN_RESIDUAL, tl.int32)
+            scale = tl.full((), 1.0, tl.float32)
+            if USE_BLOCK_VERIFICATION:
+                if tau > 0:
+                    # the residual-mass pass has this row's block masses: level 1 here
+                    plan = tl.full((), PLAN_BLOCK_RESIDUAL, tl.int32)
+                    scale = tl.exp(tl.load(cumulative_log_p_ptr + row - 1)).to(tl.float32)
+                    w = tl.load(local_residual_mass_ptr + row * local_stride + nb, mask=nb_mask, other=0.0)
+                    b, _ = _pick(w, u_row, NB_P2)
+                    tl.store(plan_block_ptr + req, b.to(tl.int32))
+            tl.store(plan_scale_ptr + req, scale)
+            tl.store(
+                plan_lse_ptr + 2 * req,
+                _lse(target_local_max_ptr, target_local_sumexp_ptr, row, local_stride, num_blocks, NB_P2),
+            )
+            tl.store(
+                plan_lse_ptr + 2 * req + 1,
+                _lse(draft_local_max_ptr, draft_local_sumexp_ptr, row, local_stride, num_blocks, NB_P2),
+            )
+        else:
+            # One-hot residual p(x) [x != d] (p_tau cancels under block verification): block masses
+            # are the stats partials, less d's own term in d's block; level 1 here.
+            plan = tl.full((), PLAN_ONE_HOT, tl.int32)
+            m32 = tl.load(target_local_max_ptr + row * local_stride + nb, mask=nb_mask, other=float("-inf"))
+            s = tl.load(target_local_sumexp_ptr + row * local_stride + nb, mask=nb_mask, other=0.0)
+            d_block = rejected // BLOCK
+            x_d = _gather(target_logits_ptr + row * target_logits_stride, rejected)
+            d_max = tl.load(target_local_max_ptr + row * local_stride + d_block)
+            e_d = tl.where(x_d == float("-inf"), 0.0, tl.exp(x_d - d_max)).to(tl.float64)
+            s = tl.where(nb == d_block, tl.maximum(s - e_d, 0.0), s)
+            m = m32.to(tl.float64)
+            big = tl.max(m, 0)
+            w = tl.where(m == float("-inf"), 0.0, s * tl.exp(m - big))
+            b, _ = _pick(w, u_row, NB_P2)
+            tl.store(plan_block_ptr + req, b.to(tl.int32))
+    tl.store(plan_ptr + req, plan)
+
+
+# ---------------------------------------------------------------------------------------------
+# Kernel 5: resample -- block masses of the rows whose masses are not known yet
+# ---------------------------------------------------------------------------------------------
+
+
+@triton.jit
+def _resample_kernel(
+    sampled_ptr,
+    sampled_stride,
+    resampled_mass_ptr,
+    resampled_argmax_ptr,
+    resampled_stride,
+    num_blocks,
+    num_sampled_ptr,
+    plan_ptr,
+    plan_block_ptr,
+    plan_lse_ptr,
+    plan_scale_ptr,
+    target_logits_ptr,
+    target_logits_stride,
+    draft_logits_ptr,
+    draft_logits_stride_0,
+    draft_logits_stride_1,
+    draft_sampled_ptr,
+    pos_ptr,
+    cu_num_logits_ptr,
+    idx_mapping_ptr,
+    temperature_ptr,
+    seed_ptr,
+    vocab_size,
+    HAS_DRAFT_LOGITS: tl.constexpr,
+    FUSED_INSERT: tl.constexpr,
+    NUM_PROGRAMS: tl.constexpr,
+    SUB: tl.constexpr,
+    NB_P2: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
+    # Program (r, g): sampling blocks g*SUB .. g*SUB + SUB-1 of request r's row c_r + tau, for the
+    # plans whose block masses are not known yet: log-masses of softmax(target) (bonus /
+    # placeholder row) or of max(p - q, 0) (draft residual), or the block argmaxes of a greedy
+    # bonus row, into [R, nb]. With FUSED_INSERT the request's last program to finish then does
+    # the insert kernel's work: each program counts itself done in num_sampled's high 16 bits
+    # (tau stays in the low 16), as fast does.
+    req = tl.program_id(0).to(tl.int64)
+    plan = tl.load(plan_ptr + req)
+    tau = tl.load(num_sampled_ptr + req)
+    if FUSED_INSERT:
+        tau = tau & 0xFFFF
+    tau = tau.to(tl.int64)
+    work = (plan == PLAN_TARGET) | (plan == PLAN_RESIDUAL) | (plan == PLAN_ARGMAX)
+    if not FUSED_INSERT:
+        if work == 0:
+            return
+        _block_masses(
+            resampled_mass_ptr, resampled_argmax_ptr, req * resampled_stride, num_blocks, plan_lse_ptr,
+            target_logits_ptr, target_logits_stride, draft_logits_ptr, draft_logits_stride_0, draft_logits_stride_1,
+            cu_num_logits_ptr, idx_mapping_ptr, temperature_ptr, vocab_size, req, plan, tau,
+            HAS_DRAFT_LOGITS, SUB, BLOCK,
+        )  # fmt: skip
+    else:
+        if work:
+            _block_masses(
+                resampled_mass_ptr, resampled_argmax_ptr, req * resampled_stride, num_blocks, plan_lse_ptr,
+                target_logits_ptr, target_logits_stride, draft_logits_ptr, draft_logits_stride_0, draft_logits_stride_1,
+                cu_num_logits_ptr, idx_mapping_ptr, temperature_ptr, vocab_size, req, plan, tau,
+                HAS_DRAFT_LOGITS, SUB, BLOCK,
+            )  # fmt: skip
+        # The barrier puts every thread's stores before the (release) count; the program that
+        # sees NUM_PROGRAMS - 1 done before it (acquire) reads their partials past L1 (.cg).
+        tl.debug_barrier()
+        done_before = tl.atomic_add(num_sampled_ptr + req, 1 << 16, sem="acq_rel") >> 16
+        tl.debug_barrier()
+        if done_before == NUM_PROGRAMS - 1:
+            _insert_request(
+                sampled_ptr, sampled_stride, num_sampled_ptr, plan_block_ptr, plan_lse_ptr, plan_scale_ptr,
+                resampled_mass_ptr, resampled_argmax_ptr, req * resampled_stride, num_blocks,
+                target_logits_ptr, target_logits_stride, draft_logits_ptr, draft_logits_stride_0, draft_logits_stride_1,
+                draft_sampled_ptr, pos_ptr, cu_num_logits_ptr, idx_mapping_ptr, temperature_ptr, seed_ptr, vocab_size,
+                req, plan, tau, HAS_DRAFT_LOGITS, NB_P2, BLOCK, ".cg",
+            )  # fmt: skip
+
+
+@triton.jit
+def _block_masses(
+    resampled_mass_ptr, resampled_argmax_ptr, base, num_blocks, plan_lse_ptr,
+    target_logits_ptr, target_logits_stride, draft_logits_ptr, draft_logits_stride_0, draft_logits_stride_1,
+    cu_num_logits_ptr, idx_mapping_ptr, temperature_ptr, vocab_size, req, plan, tau,
+    HAS_DRAFT_LOGITS: tl.constexpr, SUB: tl.constexpr, BLOCK: tl.constexpr,
+):  # fmt: skip
+    # One [SUB, BLOCK] tile of the resample row: per sampling block its log-mass (fp64) or, for a
+    # greedy bonus row, its max and first argmax, at [R, nb] offset ``base``.
+    slot = tl.load(idx_mapping_ptr + req).to(tl.int64)
+    row = tl.load(cu_num_logits_ptr + req).to(tl.int64) + tau
+    blocks = tl.program_id(1) * SUB + tl.arange(0, SUB)
+    offs = blocks[:, None] * BLOCK + tl.arange(0, BLOCK)[None, :]
+    mask = offs < vocab_size
+    bmask = blocks < num_blocks
+    x = tl.load(target_logits_ptr + row * target_logits_stride + offs, mask=mask, other=float("-inf"))
+    if HAS_DRAFT_LOGITS:
+        d_ptr = draft_logits_ptr + slot * draft_logits_stride_0 + tau * draft_logits_stride_1
+        y_raw = tl.load(d_ptr + offs, mask=offs < tl.where(plan == PLAN_RESIDUAL, vocab_size, 0), other=float("-inf"))
+    x = _finite_or_neg_inf(x.to(tl.float32))
+    if plan == PLAN_ARGMAX:
+        value, index = tl.max(x, 1, return_indices=True, return_indices_tie_break_left=True)
+        tl.store(resampled_mass_ptr + base + blocks, value.to(tl.float64), mask=bmask)
+        tl.store(resampled_argmax_ptr + base + blocks, blocks.to(tl.int64) * BLOCK + index.to(tl.int64), mask=bmask)
+    else:
+        block_max = tl.max(x, 1)
+        e = tl.where(x == float("-inf"), 0.0, tl.exp(x - block_max[:, None]))
+        log_mass = block_max.to(tl.float64) + tl.log(_chunked_sum(e, SUB, BLOCK))
+        if HAS_DRAFT_LOGITS:
+            if plan == PLAN_RESIDUAL:
+                temperature = tl.load(temperature_ptr + slot)
+                y = _finite_or_neg_inf(y_raw.to(tl.float32) * _inverse(temperature))
+                r = _residual(x, y, tl.load(plan_lse_ptr + 2 * req), tl.load(plan_lse_ptr + 2 * req + 1), 1.0)
+                log_mass = tl.log(_chunked_sum(tl.where(mask, r, 0.0), SUB, BLOCK))  # -inf: an empty block
+        tl.store(resampled_mass_ptr + base + blocks, log_mass, mask=bmask)
+
+
+# ---------------------------------------------------------------------------------------------
+# Kernel 6: insert -- level 1 where not drawn yet, level 2 in the chosen block
+# ---------------------------------------------------------------------------------------------
+
+
+@triton.jit
+def _insert_kernel(
+    sampled_ptr,
+    sampled_stride,
+    num_sampled_ptr,
+    plan_ptr,
+    plan_block_ptr,
+    plan_lse_ptr,
+    plan_scale_ptr,
+    resampled_mass_ptr,
+    resampled_argmax_ptr,
+    resampled_stride,
+    num_blocks,
+    target_logits_ptr,
+    target_logits_stride,
+    draft_logits_ptr,
+    draft_logits_stride_0,
+    draft_logits_stride_1,
+    draft_sampled_ptr,
+    pos_ptr,
+    cu_num_logits_ptr,
+    idx_mapping_ptr,
+    temperature_ptr,
+    seed_ptr,
+    vocab_size,
+    HAS_DRAFT_LOGITS: tl.constexpr,
+    NB_P2: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
+    req = tl.program_id(0).to(tl.int64)
+    _insert_request(
+        sampled_ptr, sampled_stride, num_sampled_ptr, plan_block_ptr, plan_lse_ptr, plan_scale_ptr,
+        resampled_mass_ptr, resampled_argmax_ptr, req * resampled_stride, num_blocks,
+        target_logits_ptr, target_logits_stride, draft_logits_ptr, draft_logits_stride_0, draft_logits_stride_1,
+        draft_sampled_ptr, pos_ptr, cu_num_logits_ptr, idx_mapping_ptr, temperature_ptr, seed_ptr, vocab_size,
+        req, tl.load(plan_ptr + req), tl.load(num_sampled_ptr + req).to(tl.int64), HAS_DRAFT_LOGITS, NB_P2, BLOCK, "",
+    )  # fmt: skip
+
+
+@triton.jit
+def _insert_request(
+    sampled_ptr, sampled_stride, num_sampled_ptr, plan_block_ptr, plan_lse_ptr, plan_scale_ptr,
+    resampled_mass_ptr, resampled_argmax_ptr, base, num_blocks,
+    target_logits_ptr, target_logits_stride, draft_logits_ptr, draft_logits_stride_0, draft_logits_stride_1,
+    draft_sampled_ptr, pos_ptr, cu_num_logits_ptr, idx_mapping_ptr, temperature_ptr, seed_ptr, vocab_size,
+    req, plan, tau, HAS_DRAFT_LOGITS: tl.constexpr, NB_P2: tl.constexpr, BLOCK: tl.constexpr, CACHE: tl.constexpr,
+):  # fmt: skip
+    # The token of row c_r + tau, then num_sampled = tau + 1. Greedy bonus row: the first block
+    # whose max is largest (NaN as -inf), its argmax. Sampled plans: level 1 over the resample
+    # pass's log-masses (target, residual) unless the rejection kernel drew it (one-hot, block
+    # residual), then level 2 inside that block, read again (8 KB of target, 4 KB of bf16 draft).
+    if plan == PLAN_ARGMAX:
+        token = _resampled_token(resampled_argmax_ptr, resampled_mass_ptr, base, num_blocks, NB_P2, CACHE)
+        tl.store(sampled_ptr + req * sampled_stride + tau, token)
+    elif plan != PLAN_DONE:
+        slot = tl.load(idx_mapping_ptr + req).to(tl.int64)
+        row = tl.load(cu_num_logits_ptr + req).to(tl.int64) + tau
+        seed = tl.load(seed_ptr + slot)
+        position = tl.load(pos_ptr + row)
+        if (plan == PLAN_TARGET) | (plan == PLAN_RESIDUAL):
+            offs = tl.arange(0, NB_P2)
+            log_mass = tl.load(resampled_mass_ptr + base + offs, mask=offs < num_blocks, other=float("-inf"),
+                               cache_modifier=CACHE)  # fmt: skip
+            big = tl.max(log_mass, 0)
+            w = tl.where(log_mass == float("-inf"), 0.0, tl.exp(log_mass - big))
+            block, _ = _pick(w, _row_uniform(seed, position), NB_P2)
+        else:
+            block = tl.load(plan_block_ptr + req)
+        # ---- level 2: the chosen block's weights, recomputed, as [chunks, CHUNK]
+        offs = _chunk_offsets(block, BLOCK // CHUNK, CHUNK)
+        mask = offs < vocab_size
+        x = tl.load(target_logits_ptr + row * target_logits_stride + offs, mask=mask, other=float("-inf"))
+        x = _finite_or_neg_inf(x.to(tl.float32))
+        block_max = tl.max(tl.max(x, 1), 0)
+        r = tl.where(x == float("-inf"), 0.0, tl.exp(x - block_max))
+        if plan == PLAN_ONE_HOT:
+            r = tl.where(offs == tl.load(draft_sampled_ptr + row + 1), 0.0, r)  # the rejected draft
+        if HAS_DRAFT_LOGITS:
+            if (plan == PLAN_RESIDUAL) | (plan == PLAN_BLOCK_RESIDUAL):
+                temperature = tl.load(temperature_ptr + slot)
+                d_ptr = draft_logits_ptr + slot * draft_logits_stride_0 + tau * draft_logits_stride_1
+                y = _finite_or_neg_inf(
+                    tl.load(d_ptr + offs, mask=mask, other=float("-inf")).to(tl.float32) * _inverse(temperature)
+                )
+                scale = tl.load(plan_scale_ptr + req)
+                r = _residual(x, y, tl.load(plan_lse_ptr + 2 * req), tl.load(plan_lse_ptr + 2 * req + 1), scale)
+                r = tl.where(mask, r, 0.0)
+        index, _ = _sample_block(r, _block_uniform(seed, position, block), BLOCK // CHUNK, CHUNK)
+        tl.store(sampled_ptr + req * sampled_stride + tau, block.to(tl.int64) * BLOCK + index.to(tl.int64))
+    tl.store(num_sampled_ptr + req, (tau + 1).to(tl.int32))
+
+
+# ---------------------------------------------------------------------------------------------
+# Launcher
+# ---------------------------------------------------------------------------------------------
+
+
+class Pipeline:
+    """One ``express`` call, split into its kernel launches (``mrv2.Pipeline``'s interface).
+
+    ``__init__`` allocates the outputs and every scratch buffer; :meth:`stages` lists the
+    launches in order as ``(name, zero-argument callable)`` so that each kernel can be timed on
+    its own (``specsample.measure.stage_calls``: every stage but the last is idempotent, and the
+    last -- ``insert``, or ``resample`` with ``Config.fused_insert`` -- turns ``num_sampled`` from
+    tau into tau + 1); :meth:`run` launches them all.
+    Inputs must already have been checked by :mod:`specsample.validation`. ``config`` changes
+    launch geometry only, never a draw (default: :func:`default_config` for the batch's R).
+    """
+
+    def __init__(
+        self,
+        target_logits: torch.Tensor,  # [N, V]
+        draft_logits: torch.Tensor | None,  # [max_num_reqs, K, V_d]
+        draft_sampled: torch.Tensor,  # [N]
+        cu_num_logits: torch.Tensor,  # [R + 1]
+        pos: torch.Tensor,  # [N]
+        idx_mapping: torch.Tensor,  # [R]
+        expanded_idx_mapping: torch.Tensor,  # [N]
+        expanded_local_pos: torch.Tensor,  # [N]
+        temperature: torch.Tensor,  # [max_num_reqs]
+        seed: torch.Tensor,  # [max_num_reqs]
+        num_speculative_steps: int,
+        synthetic_conditional_rates: torch.Tensor | None = None,  # [K]
+        use_fp64: bool = False,
+        use_block_verification: bool = False,
+        *,
+        config: Config | None = None,
+    ) -> None:
+        del expanded_idx_mapping, expanded_local_pos, use_fp64  # implied by cu_num_logits; no effect
+        self.target_logits, self.draft_logits, self.draft_sampled = target_logits, draft_logits, draft_sampled
+        self.cu_num_logits, self.pos, self.idx_mapping = cu_num_logits, pos, idx_mapping
+        self.temperature, self.seed, self.k = temperature, seed, num_speculative_steps
+        self.use_block_verification = use_block_verification
+        self.num_logits, vocab_size = target_logits.shape
+        self.num_reqs = idx_mapping.shape[0]
+        self.has_draft_logits = draft_logits is not None
+        if self.has_draft_logits:
+            vocab_size = min(vocab_size, draft_logits.shape[-1])
+        self.vocab_size = vocab_size
+        self.synthetic = synthetic_conditional_rates is not None
+        self.config = config or default_config(self.num_reqs)
+        device = target_logits.device
+        if self.config.fused_insert and (triton.cdiv(vocab_size, SAMPLE_BLOCK) >= 1 << 15 or self.k >= 1 << 15):
+            # the fused insert counts programs in num_sampled's high 16 bits, tau in the low ones
+            raise ValueError(f"express: V={vocab_size} or K={self.k} is too large for Config.fused_insert")
+
+        self.num_blocks = triton.cdiv(vocab_size, SAMPLE_BLOCK)
+        self.nb_p2 = triton.next_power_of_2(self.num_blocks)
+        self.k_p2 = triton.next_power_of_2(max(self.k, 1))
+        n, nb, r = self.num_logits, self.num_blocks, self.num_reqs
+        f32 = dict(dtype=torch.float32, device=device)
+        f64 = dict(dtype=torch.float64, device=device)
+        i64 = dict(dtype=torch.int64, device=device)
+
+        # ---- [N, nb] partials per sampling block
+        self.target_local_argmax = torch.empty(n, nb, **i64)
+        self.target_local_max = torch.empty(n, nb, **f32)
+        self.target_local_sumexp = torch.empty(n, nb, **f64)
+        if self.has_draft_logits:
+            self.draft_local_max = torch.empty(n, nb, **f32)
+            self.draft_local_sumexp = torch.empty(n, nb, **f64)
+            self.draft_strides = (draft_logits.stride(0), draft_logits.stride(1))
+            self.draft_arg = draft_logits
+        else:
+            # An absent tensor gets zero strides; HAS_DRAFT_LOGITS=False keeps it unread.
+            self.draft_local_max, self.draft_local_sumexp = self.target_local_max, self.target_local_sumexp
+            self.draft_strides = (0, 0)
+            self.draft_arg = target_logits
+        self.cumulative_log_p = torch.empty(n if use_block_verification else 1, **f64)
+        residual = use_block_verification and self.has_draft_logits
+        self.row_lse = torch.empty(n if residual else 1, 2, **f64)  # each real row's (L_t, L_d)
+        self.local_residual_mass = torch.empty(n, nb, **f64) if residual else self.target_local_sumexp
+        self.rates = synthetic_conditional_rates if self.synthetic else temperature
+
+        # ---- [R] plans, [R, nb] resample partials
+        self.plan = torch.empty(r, dtype=torch.int32, device=device)
+        self.plan_block = torch.empty(r, dtype=torch.int32, device=device)  # level-1 block, where drawn early
+        self.plan_lse = torch.empty(r, 2, **f64)  # (L_t, L_d) of a draft-residual row
+        self.plan_scale = torch.empty(r, **f32)  # p_tau of a draft-residual row
+        self.resampled_mass = torch.empty(r, nb, **f64)  # log-masses, or block maxima (greedy bonus row)
+        self.resampled_argmax = torch.empty(r, nb, **i64)
+
+        # ---- outputs
+        self.sampled = torch.empty(r, self.k + 1, **i64)
+        self.num_sampled = torch.empty(r, dtype=torch.int32, device=device)
+
+    def stages(self) -> list[tuple[str, Callable[[], None]]]:
+        """The kernel launches of one call, in order (names from ``specsample.schema.STAGES``)."""
+        if self.num_reqs == 0:
+            return []
+        stages = [("stats", self._stats)]
+        if self.use_block_verification:
+            stages.append(("cum_log_p", self._cumulative_log_p))
+            if self.has_draft_logits and self.k > 1:
+                stages.append(("residual_mass", self._residual_mass))
+        stages += [("rejection", self._rejection), ("resample", self._resample)]
+        if not self.config.fused_insert:
+            stages.append(("insert", self._insert))
+        return stages
+
+    def run(self) -> tuple[torch.Tensor, torch.Tensor]:
+        for _, stage in self.stages():
+            stage()
+        return self.sampled, self.num_sampled
+
+    def _logits(self) -> dict:
+        return dict(
+            target_logits_ptr=self.target_logits,
+            target_logits_stride=self.target_logits.stride(0),
+            draft_logits_ptr=self.draft_arg,
+            draft_logits_stride_0=self.draft_strides[0],
+            draft_logits_stride_1=self.draft_strides[1],
+        )
+
+    def _partials(self) -> dict:
+        return dict(
+            target_local_max_ptr=self.target_local_max,
+            target_local_sumexp_ptr=self.target_local_sumexp,
+            draft_local_max_ptr=self.draft_local_max,
+            draft_local_sumexp_ptr=self.draft_local_sumexp,
+            local_stride=self.num_blocks,
+            num_blocks=self.num_blocks,
+        )
+
+    def _plan(self) -> dict:
+        return dict(plan_block_ptr=self.plan_block, plan_lse_ptr=self.plan_lse, plan_scale_ptr=self.plan_scale)
+
+    def _request(self) -> dict:
+        return dict(
+            draft_sampled_ptr=self.draft_sampled,
+            pos_ptr=self.pos,
+            cu_num_logits_ptr=self.cu_num_logits,
+            idx_mapping_ptr=self.idx_mapping,
+            temperature_ptr=self.temperature,
+            seed_ptr=self.seed,
+        )
+
+    # ---- 1. block stats of the rows something reads: (R * K, nb / stats_blocks) programs
+    def _stats(self) -> None:
+        c = self.config
+        _stats_kernel[(self.num_reqs * self.k, triton.cdiv(self.num_blocks, c.stats_blocks))](
+            **self._logits(),
+            draft_sampled_ptr=self.draft_sampled,
+            cu_num_logits_ptr=self.cu_num_logits,
+            idx_mapping_ptr=self.idx_mapping,
+            temperature_ptr=self.temperature,
+            target_local_argmax_ptr=self.target_local_argmax,
+            **self._partials(),
+            vocab_size=self.vocab_size,
+            HAS_DRAFT_LOGITS=self.has_draft_logits,
+            K_P2=self.k_p2,
+            GROUPS=self.k,
+            SUB=c.stats_blocks,
+            BLOCK=SAMPLE_BLOCK,
+            num_warps=c.stats_warps,
+        )
+
+    # ---- 2. prefix joint ratios in fp64, and each real row's LSEs (block verification)
+    def _cumulative_log_p(self) -> None:
+        _cumulative_log_p_kernel[(self.num_reqs,)](
+            **self._logits(),
+            draft_sampled_ptr=self.draft_sampled,
+            cu_num_logits_ptr=self.cu_num_logits,
+            idx_mapping_ptr=self.idx_mapping,
+            temperature_ptr=self.temperature,
+            **self._partials(),
+            cumulative_log_p_ptr=self.cumulative_log_p,
+            row_lse_ptr=self.row_lse,
+            HAS_DRAFT_LOGITS=self.has_draft_logits,
+            NB_P2=self.nb_p2,
+            num_warps=1,
+        )
+
+    # ---- 3. residual masses of rows 1..K-1 (block verification, draft logits)
+    def _residual_mass(self) -> None:
+        c = self.config
+        _residual_mass_kernel[(self.num_reqs * (self.k - 1), triton.cdiv(self.num_blocks, c.residual_blocks))](
+            **self._logits(),
+            draft_sampled_ptr=self.draft_sampled,
+            cumulative_log_p_ptr=self.cumulative_log_p,
+            row_lse_ptr=self.row_lse,
+            cu_num_logits_ptr=self.cu_num_logits,
+            idx_mapping_ptr=self.idx_mapping,
+            temperature_ptr=self.temperature,
+            local_residual_mass_ptr=self.local_residual_mass,
+            local_stride=self.num_blocks,
+            num_blocks=self.num_blocks,
+            vocab_size=self.vocab_size,
+            K_P2=self.k_p2,
+            GROUPS=self.k - 1,
+            SUB=c.residual_blocks,
+            BLOCK=SAMPLE_BLOCK,
+            num_warps=c.residual_warps,
+        )
+
+    # ---- 4. accept/reject: tau into num_sampled; the plan, and level 1 where masses are known
+    def _rejection(self) -> None:
+        _rejection_kernel[(self.num_reqs,)](
+            sampled_ptr=self.sampled,
+            sampled_stride=self.sampled.stride(0),
+            num_sampled_ptr=self.num_sampled,
+            plan_ptr=self.plan,
+            **self._plan(),
+            **self._logits(),
+            **self._request(),
+            target_local_argmax_ptr=self.target_local_argmax,
+            **self._partials(),
+            local_residual_mass_ptr=self.local_residual_mass,
+            cumulative_log_p_ptr=self.cumulative_log_p,
+            synthetic_conditional_rates_ptr=self.rates,
+            HAS_DRAFT_LOGITS=self.has_draft_logits,
+            SYNTHETIC_MODE=self.synthetic,
+            USE_BLOCK_VERIFICATION=self.use_block_verification,
+            NB_P2=self.nb_p2,
+            BLOCK=SAMPLE_BLOCK,
+            num_warps=1,
+        )
+
+    # ---- 5. block masses of the rows not known yet (with the fused insert: and the insert)
+    def _resample(self) -> None:
+        c = self.config
+        programs = triton.cdiv(self.num_blocks, c.resample_blocks)
+        _resample_kernel[(self.num_reqs, programs)](
+            sampled_ptr=self.sampled,
+            sampled_stride=self.sampled.stride(0),
+            resampled_mass_ptr=self.resampled_mass,
+            resampled_argmax_ptr=self.resampled_argmax,
+            resampled_stride=self.num_blocks,
+            num_blocks=self.num_blocks,
+            num_sampled_ptr=self.num_sampled,
+            plan_ptr=self.plan,
+            **self._plan(),
+            **self._logits(),
+            **self._request(),
+            vocab_size=self.vocab_size,
+            HAS_DRAFT_LOGITS=self.has_draft_logits,
+            FUSED_INSERT=c.fused_insert,
+            NUM_PROGRAMS=programs,
+            SUB=c.resample_blocks,
+            NB_P2=self.nb_p2,
+            BLOCK=SAMPLE_BLOCK,
+            num_warps=c.resample_warps,
+        )
+
+    # ---- 6. level 1 where not drawn yet, level 2 in the chosen block; num_sampled = tau + 1
+    def _insert(self) -> None:
+        _insert_kernel[(self.num_reqs,)](
+            sampled_ptr=self.sampled,
+            sampled_stride=self.sampled.stride(0),
+            num_sampled_ptr=self.num_sampled,
+            plan_ptr=self.plan,
+            **self._plan(),
+            resampled_mass_ptr=self.resampled_mass,
+            resampled_argmax_ptr=self.resampled_argmax,
+            resampled_stride=self.num_blocks,
+            num_blocks=self.num_blocks,
+            **self._logits(),
+            **self._request(),
+            vocab_size=self.vocab_size,
+            HAS_DRAFT_LOGITS=self.has_draft_logits,
+            NB_P2=self.nb_p2,
+            BLOCK=SAMPLE_BLOCK,
+            num_warps=self.config.insert_warps,
+        )
+
+
+def launch(*args, config: Config | None = None, **kwargs) -> tuple[torch.Tensor, torch.Tensor]:
+    """Allocate and run one :class:`Pipeline` (the arguments of ``mrv2.launch``)."""
+    return Pipeline(*args, config=config, **kwargs).run()
