@@ -95,7 +95,7 @@ BASE_POINT = {
 # ---- subjects ----------------------------------------------------------------------------------
 
 # specsample's own subjects, in display order. specsample.subjects registers exactly these.
-OUR_SUBJECTS = ("mrv2", "fast", "mrv2-pre50939", "torch-eager", "flashinfer", "flashinfer-kernel")
+OUR_SUBJECTS = ("mrv2", "fast", "mrv2-pre50939", "torch-eager", "flashinfer", "flashinfer-kernel", "express")
 
 # The subject every ratio is taken against.
 BASELINE_SUBJECT = "mrv2"

@@ -40,7 +40,7 @@ NEWEST_RELEASE = f"vllm=={MRV2_RELEASES[-1]}"
 # checkout named by --vllm-repo / $SPECSAMPLE_VLLM_REPO (skipped, with that reason, without one).
 NIGHTLY_VLLM = (NEWEST_RELEASE, "vllm@main")
 
-OURS = ("mrv2", "mrv2-pre50939", "fast")
+OURS = ("mrv2", "mrv2-pre50939", "fast", "express")
 
 # The base point of the nightly one-axis sweeps, one value per axis (sweeps override axes).
 BASE = {"subject": OURS, **{axis: (value,) for axis, value in BASE_POINT.items()}}

@@ -25,7 +25,8 @@ from .ours import SUBJECTS as _OURS
 __all__ = ["Capabilities", "NotSupported", "PreparedCall", "Subject", "SubjectError", "get", "names"]
 
 _BUILTIN = {s.name: s for s in (*_OURS, *_PEERS)}
-if tuple(_BUILTIN) != OUR_SUBJECTS:  # schema.OUR_SUBJECTS names them for torch-free modules
+# schema.OUR_SUBJECTS names them for torch-free modules (and gives the display order: names())
+if sorted(_BUILTIN) != sorted(OUR_SUBJECTS) or len(_BUILTIN) != len(OUR_SUBJECTS):
     raise RuntimeError(f"subjects registry {tuple(_BUILTIN)} != schema.OUR_SUBJECTS {OUR_SUBJECTS}")
 
 

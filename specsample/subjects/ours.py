@@ -7,8 +7,13 @@
 ``mrv2-pre50939``  REPLICA FOR BENCHMARKING ONLY of the sampler before PR #50939
                    (:mod:`specsample.kernels.pre50939`); wrong on block-verification
                    placeholders, by design.
-``torch-eager``    the PyTorch reference (:mod:`specsample.reference`) on the GPU: a loop over
-                   requests, not CUDA-graph capturable (host syncs).
+``torch-eager``    the same algorithm and random numbers in vectorized PyTorch
+                   (:mod:`specsample.reference.batched`): batched ops over all requests, no
+                   host syncs, CUDA-graph capturable. (The name is kept: results key on it.)
+``express``        mrv2's verification and acceptance uniforms with its own random stream for the
+                   recovered / bonus token (two-level inverse-transform sampling, no per-token
+                   noise; :mod:`specsample.kernels.express`, reference
+                   :mod:`specsample.reference.express`): "same semantics, other stream".
 =================  ============================================================================
 """
 
@@ -16,8 +21,8 @@ from __future__ import annotations
 
 import functools
 
-from .. import reference
-from ..kernels import fast, mrv2, pre50939
+from ..kernels import express, fast, mrv2, pre50939
+from ..reference import batched
 from ..validation import check_inputs
 from .base import Capabilities, PreparedCall, Subject, identity
 
@@ -31,6 +36,12 @@ PLANTED_BALLAST_ITERS = 0
 def _sampler_call(inputs: dict, launch) -> PreparedCall:
     check_inputs(**inputs)  # once here, so the timed call skips the host read-back
     return PreparedCall(functools.partial(launch, **inputs), identity)
+
+
+def _torch_call(inputs: dict) -> PreparedCall:
+    # Checked once here, as the kernels' inputs are; no Triton device needed (any torch device).
+    check_inputs(**inputs, require_triton_device=False)
+    return PreparedCall(functools.partial(batched.rejection_sample, **inputs), identity, graph_capturable=True)
 
 
 def _provenance(module) -> dict:
@@ -47,8 +58,9 @@ SUBJECTS = (
     Subject("mrv2-pre50939", "REPLICA FOR BENCHMARKING ONLY: the sampler before PR #50939",
             Capabilities(), functools.partial(_sampler_call, launch=functools.partial(pre50939.launch, ballast_iters=PLANTED_BALLAST_ITERS)),
             provenance=_provenance(pre50939), pipeline=functools.partial(pre50939.Pipeline, ballast_iters=PLANTED_BALLAST_ITERS)),
-    Subject("torch-eager", "PyTorch reference on the GPU (eager, host syncs)", Capabilities(),
-            lambda inputs: PreparedCall(functools.partial(reference.rejection_sample, **inputs), identity,
-                                        graph_capturable=False),
-            needs_cuda=False, provenance={"kind": "ours", "module": reference.mrv2.__name__}),
+    Subject("torch-eager", "vectorized PyTorch (batched ops, CUDA-graph capturable)", Capabilities(),
+            _torch_call, needs_cuda=False, provenance=_provenance(batched)),
+    Subject("express", "Triton sampler, mrv2's verification with its own stream: two-level inverse-CDF resampling",
+            Capabilities(), functools.partial(_sampler_call, launch=express.launch),
+            provenance=_provenance(express), pipeline=express.Pipeline),
 )  # fmt: skip
