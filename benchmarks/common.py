@@ -136,8 +136,10 @@ def _units(sweep: Sweep, drop: tuple[str, ...]) -> list[worker.Unit]:
         if point["subject"] not in groups.setdefault(key, []):
             groups[key].append(point["subject"])
     kind = "stages" if sweep.kind == "stages" else "sampler"
-    return [worker.Unit(f"{sweep.class_name}/{i}", dict(key), tuple(names), kind)
-            for i, (key, names) in enumerate(groups.items())]  # fmt: skip
+    return [
+        worker.Unit(f"{sweep.class_name}/{i}", dict(key), tuple(names), kind)
+        for i, (key, names) in enumerate(groups.items())
+    ]
 
 
 def _write_outcomes(sweep: Sweep, units: list[worker.Unit], outcome: worker.Outcome) -> None:
@@ -146,10 +148,18 @@ def _write_outcomes(sweep: Sweep, units: list[worker.Unit], outcome: worker.Outc
     points = []
     for unit in units:
         for subject, record in outcome.records[unit.key].items():
-            points.append({"tier": sweep.tier, "sweep": sweep.name, "point": unit.point, "subject": subject,
-                           "status": record["status"], "semantics": record.get("semantics"),
-                           "reason": record.get("reason") or record.get("semantics_detail") or None,
-                           "gpu": record.get("gpu")})  # fmt: skip
+            points.append(
+                {
+                    "tier": sweep.tier,
+                    "sweep": sweep.name,
+                    "point": unit.point,
+                    "subject": subject,
+                    "status": record["status"],
+                    "semantics": record.get("semantics"),
+                    "reason": record.get("reason") or record.get("semantics_detail") or None,
+                    "gpu": record.get("gpu"),
+                }
+            )
     data = {"subjects": outcome.provenance, "points": points}
     (_run_scratch() / f"{sweep.class_name}.outcomes.json").write_text(json.dumps(data, default=str))
 
@@ -158,8 +168,12 @@ def _job_options(sweep: Sweep) -> worker.JobOptions:
     """How the sweep is measured: NIGHTLY_TIMING, on the GPUs ``specsample bench --gpus`` named
     ($SPECSAMPLE_GPUS, comma-separated indices; one worker per GPU over a deterministic shard)."""
     gpus = tuple(g for g in os.environ.get("SPECSAMPLE_GPUS", "").split(",") if g) or None
-    return worker.JobOptions(l2=NIGHTLY_TIMING.l2, calls_per_sample=NIGHTLY_TIMING.calls_per_sample,
-                             num_samples=NIGHTLY_TIMING.num_samples, gpus=gpus)  # fmt: skip
+    return worker.JobOptions(
+        l2=NIGHTLY_TIMING.l2,
+        calls_per_sample=NIGHTLY_TIMING.calls_per_sample,
+        num_samples=NIGHTLY_TIMING.num_samples,
+        gpus=gpus,
+    )
 
 
 def measure_sweep(sweep: Sweep) -> dict:
@@ -223,8 +237,7 @@ def _claim_replay(key: str, params: tuple) -> None:
         (claims / name).open("x").close()
     except FileExistsError:
         raise RuntimeError(
-            f"{key} {params}: already replayed in this asv run (rounds > 1?); its stored samples "
-            "would be counted twice"
+            f"{key} {params}: already replayed in this asv run (rounds > 1?); its stored samples would be counted twice"
         ) from None
 
 

@@ -1,5 +1,5 @@
 # Source on the GPU box from the repository root: makes the checkout and the carried wheels
-# (.whl/, from ../shared/tools/device-wheels.sh plus flashinfer) importable, using the box's
+# (.whl/, from scripts/device-wheels.sh) importable, using the box's
 # own torch and Triton, and defines `specsample` (the CLI of the checkout: `specsample tune`,
 # `specsample noise-floor`, ...). Never installs torch.
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \

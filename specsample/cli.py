@@ -13,8 +13,9 @@ vllm         fetch vLLM releases into the cache; list what is cached
 gpuinfo      print what the machine has
 
 Exit codes: 0 success (sign-off: pass), 1 a regression, 2 bad input, a missing GPU, a failed or
-crashed point, or nothing measured. Nothing is written to ``results/`` by a run that measured
-nothing.
+crashed point, or nothing measured (sign-off: also head violating placeholder semantics where
+base does not, or a point measured on one side only, unless ``--allow-missing``). Nothing is
+written to ``results/`` by a run that measured nothing.
 """
 
 from __future__ import annotations
@@ -48,8 +49,10 @@ def _require_gpu(command: str) -> None:
 
     reason = cuda_unavailable()
     if reason:
-        raise UsageError(f"{command} times kernels on a GPU and this machine has {reason}; nothing was "
-                         f"measured or written (only `specsample bench --tier smoke` runs on a CPU)")  # fmt: skip
+        raise UsageError(
+            f"{command} times kernels on a GPU and this machine has {reason}; nothing was "
+            f"measured or written (only `specsample bench --tier smoke` runs on a CPU)"
+        )
 
 
 def _machine(args: argparse.Namespace) -> str:
@@ -125,8 +128,15 @@ def cmd_compare(args: argparse.Namespace) -> int:
     grid = itertools.product(args.mode, args.draft, args.num_reqs, args.K, args.vocab_size, args.phi)
     units = []
     for i, (mode, draft, r, k, v, phi) in enumerate(grid):
-        point = dict(mode=mode, draft=draft, num_reqs=r, num_speculative_steps=k, vocab_size=v,
-                     placeholder_density=phi, placeholder_pattern=args.pattern)  # fmt: skip
+        point = dict(
+            mode=mode,
+            draft=draft,
+            num_reqs=r,
+            num_speculative_steps=k,
+            vocab_size=v,
+            placeholder_density=phi,
+            placeholder_pattern=args.pattern,
+        )
         units.append(worker.Unit(f"compare/{i}", point, tuple(names)))
     options = worker.JobOptions(l2=args.l2, num_samples=args.samples)
     outcome = worker.run_units(units, options, log=lambda line: print(line, flush=True))
@@ -137,28 +147,39 @@ def cmd_compare(args: argparse.Namespace) -> int:
             record = outcome.records[unit.key].get(name, {"status": "failed", "reason": "not measured"})
             row = dict(unit.point, subject=name, status=record["status"])
             if record["status"] == "ok":
-                row.update(median_us=record["median"] * 1e6, method=record["method"], l2=record["l2"],
-                           bandwidth_fraction=record["bytes"] / record["median"] / bw,
-                           ratio_to_mrv2=record["median"] / base["median"] if base.get("status") == "ok" else None,
-                           semantics=record.get("semantics"))  # fmt: skip
+                row.update(
+                    median_us=record["median"] * 1e6,
+                    method=record["method"],
+                    l2=record["l2"],
+                    bandwidth_fraction=record["bytes"] / record["median"] / bw,
+                    ratio_to_mrv2=record["median"] / base["median"] if base.get("status") == "ok" else None,
+                    semantics=record.get("semantics"),
+                )
             else:
                 row["reason"] = record.get("reason")
             rows.append(row)
             print(_format_row(row), flush=True)
     if args.json:
-        Path(args.json).write_text(json.dumps({"copy_bandwidth_gbps": bw / 1e9, "provenance": outcome.provenance,
-                                               "rows": rows}, indent=1, default=str))  # fmt: skip
+        Path(args.json).write_text(
+            json.dumps(
+                {"copy_bandwidth_gbps": bw / 1e9, "provenance": outcome.provenance, "rows": rows}, indent=1, default=str
+            )
+        )
     return 2 if any(r["status"] in ("failed", "crashed") for r in rows) else 0
 
 
 def _format_row(row: dict) -> str:
-    where = (f"{row['subject']:>17} {row['mode']:>8} {row['draft']:>7} R={row['num_reqs']:<4} "
-             f"K={row['num_speculative_steps']} V={row['vocab_size']:<6} phi={row['placeholder_density']:<4}")  # fmt: skip
+    where = (
+        f"{row['subject']:>17} {row['mode']:>8} {row['draft']:>7} R={row['num_reqs']:<4} "
+        f"K={row['num_speculative_steps']} V={row['vocab_size']:<6} phi={row['placeholder_density']:<4}"
+    )
     if row["status"] != "ok":
         return f"{where}  {row['status']}: {row.get('reason')}"
     ratio = f"  x{row['ratio_to_mrv2']:.3f} of mrv2" if row.get("ratio_to_mrv2") is not None else ""
-    return (f"{where}  {row['median_us']:9.1f} us  bw {row['bandwidth_fraction']:.2f}{ratio}  "
-            f"[{row['semantics']}; {row['method']}, {row['l2']} L2]")  # fmt: skip
+    return (
+        f"{where}  {row['median_us']:9.1f} us  bw {row['bandwidth_fraction']:.2f}{ratio}  "
+        f"[{row['semantics']}; {row['method']}, {row['l2']} L2]"
+    )
 
 
 # ---- asv runs --------------------------------------------------------------------------------
@@ -180,8 +201,14 @@ def _fetch_tier_releases(tier: str) -> None:
     from .subjects.vllm import store
     from .tiers import sweeps
 
-    wanted = sorted({parse_subject(s).version for sw in sweeps(tier) for s in sw.subjects
-                     if parse_subject(s).kind == "vllm-release"})  # fmt: skip
+    wanted = sorted(
+        {
+            parse_subject(s).version
+            for sw in sweeps(tier)
+            for s in sw.subjects
+            if parse_subject(s).kind == "vllm-release"
+        }
+    )
     missing = [v for v in wanted if v not in store.cached_releases()]
     for version in missing:
         print(f"specsample: fetching vllm=={version} (the {tier} tier measures it)", flush=True)
@@ -205,13 +232,22 @@ def cmd_bench(args: argparse.Namespace) -> int:
     try:
         with run_lock(results):
             if args.rev is None:
-                run_tier(args.tier, repo=repo, results_dir=results, machine=machine, bench=args.bench,
-                         interpret=interpret)  # fmt: skip
+                run_tier(
+                    args.tier, repo=repo, results_dir=results, machine=machine, bench=args.bench, interpret=interpret
+                )
             else:
                 sha = _rev(args.rev)
                 with worktree(repo, sha) as wt:
-                    run_tier(args.tier, repo=repo, results_dir=results, machine=machine, checkout=wt,
-                             commit=sha, bench=args.bench, interpret=interpret)  # fmt: skip
+                    run_tier(
+                        args.tier,
+                        repo=repo,
+                        results_dir=results,
+                        machine=machine,
+                        checkout=wt,
+                        commit=sha,
+                        bench=args.bench,
+                        interpret=interpret,
+                    )
     except RunError as exc:
         raise UsageError(f"specsample bench: {exc}") from None
     return 0
@@ -226,8 +262,10 @@ def cmd_backfill(args: argparse.Namespace) -> int:
     commits = [r for r in args.revs if not r.startswith("vllm")]
     for name in releases:
         if parse_subject(name).kind != "vllm-release":
-            raise UsageError(f"backfill: {name!r}: give vLLM releases as vllm==X.Y.Z (commits of a vLLM "
-                             f"checkout are measured by `specsample signoff` and `compare`)")  # fmt: skip
+            raise UsageError(
+                f"backfill: {name!r}: give vLLM releases as vllm==X.Y.Z (commits of a vLLM "
+                f"checkout are measured by `specsample signoff` and `compare`)"
+            )
     _tier_needs(args.tier, "specsample backfill")
     machine = _machine(args)
     repo = _repo_root()
@@ -237,8 +275,9 @@ def cmd_backfill(args: argparse.Namespace) -> int:
 
         unknown = [r for r in releases if parse_subject(r).version not in MRV2_RELEASES]
         if unknown:
-            raise UsageError(f"backfill: {', '.join(unknown)} not in the releases tier "
-                             f"(MRV2 releases: {', '.join(MRV2_RELEASES)})")  # fmt: skip
+            raise UsageError(
+                f"backfill: {', '.join(unknown)} not in the releases tier (MRV2 releases: {', '.join(MRV2_RELEASES)})"
+            )
         from .subjects.vllm import fetch
 
         for name in releases:
@@ -253,8 +292,10 @@ def cmd_backfill(args: argparse.Namespace) -> int:
                 run_tier("releases", repo=repo, results_dir=results, machine=machine)
     except (RunError, ValueError) as exc:
         raise UsageError(f"specsample backfill: {exc}") from None
-    print(f"specsample backfill: measured {len(done)} commit(s): {' '.join(c[:8] for c in done)}"
-          + (f"; the releases tier for {len(releases)} release(s)" if releases else ""))  # fmt: skip
+    print(
+        f"specsample backfill: measured {len(done)} commit(s): {' '.join(c[:8] for c in done)}"
+        + (f"; the releases tier for {len(releases)} release(s)" if releases else "")
+    )
     return 0
 
 
@@ -305,6 +346,47 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_regressions(args: argparse.Namespace) -> int:
+    from .track import changepoints
+    from .track.results import load_results
+
+    results = Path(args.results)
+    if not results.is_dir():
+        raise UsageError(f"specsample regressions: no results directory {results}")
+    df, problems = load_results(results)
+    for problem in problems:
+        print(f"specsample: skipped {problem.path}: {problem.reason}", file=sys.stderr)
+    if df.empty:
+        raise UsageError(f"specsample regressions: no results under {results}")
+    if args.machine:
+        if args.machine not in set(df["machine"]):
+            raise UsageError(
+                f"specsample regressions: no results for machine {args.machine!r} in {results}; "
+                f"known: {', '.join(sorted(set(df['machine'])))}"
+            )
+        df = df[df["machine"] == args.machine]
+    changes = changepoints.detect_all(df)
+    newest = changepoints.newest_vs_previous(df)
+    print(changepoints.report(changes, newest))
+    if args.json:
+        Path(args.json).write_text(
+            json.dumps(
+                {
+                    "results": str(results),
+                    "machines": sorted(set(df["machine"])),
+                    "regressions": changepoints.to_records(changepoints.regressions(changes)),
+                    "improvements": changepoints.to_records(changepoints.improvements(changes)),
+                    "newest_vs_previous": changepoints.to_records(changepoints.newest_summary(newest)),
+                    "newest_points": changepoints.to_records(newest[newest["verdict"] != "unchanged"]),
+                },
+                indent=1,
+                default=str,
+            )
+            + "\n"
+        )
+    return 1 if len(changepoints.regressions(changes)) else 0
+
+
 # ---- sign-off --------------------------------------------------------------------------------
 
 
@@ -315,21 +397,32 @@ def cmd_signoff(args: argparse.Namespace) -> int:
     if args.variants:
         return _signoff_results(args)
     if not (args.base and args.head):
-        raise UsageError("specsample signoff: give BASE HEAD (commits, or subjects such as vllm==0.32.0 "
-                         "vllm==0.33.0), or --variants BASE HEAD")  # fmt: skip
+        raise UsageError(
+            "specsample signoff: give BASE HEAD (commits, or subjects such as vllm==0.32.0 "
+            "vllm==0.33.0), or --variants BASE HEAD"
+        )
     tier = args.tier or "quick"
     min_effect = signoff.PAIRED_MIN_EFFECT if args.min_effect is None else args.min_effect
     min_abs = signoff.PAIRED_MIN_ABS_SECONDS if args.min_abs_us is None else args.min_abs_us * 1e-6
-    common = dict(tier=tier, sweeps=args.sweep, samples=args.samples, alpha=args.alpha, min_effect=min_effect,
-                  min_abs_seconds=min_abs, allow_missing=args.allow_missing,
-                  log=lambda line: print(line, flush=True))  # fmt: skip
+    common = dict(
+        tier=tier,
+        sweeps=args.sweep,
+        samples=args.samples,
+        alpha=args.alpha,
+        min_effect=min_effect,
+        min_abs_seconds=min_abs,
+        allow_missing=args.allow_missing,
+        log=lambda line: print(line, flush=True),
+    )
     try:
         # Every name is resolved first, so an unknown commit or subject is exit 2 before any
         # measurement (and on a machine without a GPU too).
         if _is_subject(args.base) or _is_subject(args.head) or args.vllm_repo:
             if args.subject:
-                raise UsageError("specsample signoff: --subject selects our subjects of two commits; with "
-                                 "subjects as BASE HEAD the points are those of the tier's mrv2")  # fmt: skip
+                raise UsageError(
+                    "specsample signoff: --subject selects our subjects of two commits; with "
+                    "subjects as BASE HEAD the points are those of the tier's mrv2"
+                )
             base, head = (_as_ref_subject(x, args.vllm_repo) for x in (args.base, args.head))
             for name in (base, head):
                 signoff.paired.check_subject(name)
@@ -380,6 +473,11 @@ def _signoff_results(args: argparse.Namespace) -> int:
     results = Path(args.results)
     if not results.is_dir():
         raise UsageError(f"specsample signoff: no results directory {results}")
+    if args.base or args.subject:
+        raise UsageError(
+            "specsample signoff: --variants BASE HEAD takes the two subjects itself (no positional "
+            "BASE HEAD, no --subject)"
+        )
     base, head = args.variants
     df, _ = load_results(results)
     df = df[df["metric"] == "time_sample"]
@@ -391,73 +489,111 @@ def _signoff_results(args: argparse.Namespace) -> int:
         known_sweeps = sorted(set(df["sweep"].dropna()))
         unknown = [s for s in args.sweep if s.lower() not in {k.lower() for k in known_sweeps}]
         if unknown:
-            raise UsageError(f"specsample signoff: no time_sample results of sweep {', '.join(unknown)} in {where}; "
-                             f"sweeps there: {', '.join(known_sweeps) or 'none'}")  # fmt: skip
+            raise UsageError(
+                f"specsample signoff: no time_sample results of sweep {', '.join(unknown)} in {where}; "
+                f"sweeps there: {', '.join(known_sweeps) or 'none'}"
+            )
         df = df[df["sweep"].str.lower().isin({s.lower() for s in args.sweep})]
         where += f", sweeps {', '.join(args.sweep)}"
     known = sorted(set(df["subject"].dropna()), key=str)
     unknown = [s for s in (base, head) if s not in known]
     if unknown:
-        raise UsageError(f"specsample signoff: no time_sample results for {', '.join(unknown)} in {where}; "
-                         f"subjects there: {', '.join(known) or 'none'}")  # fmt: skip
+        raise UsageError(
+            f"specsample signoff: no time_sample results for {', '.join(unknown)} in {where}; "
+            f"subjects there: {', '.join(known) or 'none'}"
+        )
     commits = df.drop_duplicates("commit").sort_values("date", kind="stable")[["commit", "date"]]
-    listing = "; ".join(f"{c[:8]} ({d:%Y-%m-%d}): {', '.join(sorted(set(df[df['commit'] == c]['subject']), key=str))}"
-                        for c, d in zip(commits["commit"][-10:], commits["date"][-10:]))  # fmt: skip
+    listing = "; ".join(
+        f"{c[:8]} ({_when(d, '%Y-%m-%d')}): {', '.join(sorted(set(df[df['commit'] == c]['subject']), key=str))}"
+        for c, d in zip(commits["commit"][-10:], commits["date"][-10:])
+    )
     if args.commit:
         matches = [c for c in commits["commit"] if c.startswith(args.commit)]
         if len(matches) != 1:
             what = "no results" if not matches else f"{len(matches)} commits"
-            raise UsageError(f"specsample signoff: {what} at commit {args.commit!r} in {where}; newest commits "
-                             f"there: {listing}")  # fmt: skip
+            raise UsageError(
+                f"specsample signoff: {what} at commit {args.commit!r} in {where}; newest commits there: {listing}"
+            )
         commit, how = matches[0], "given by --commit"
         lacking = [s for s in (base, head) if s not in set(df[df["commit"] == commit]["subject"])]
         if lacking:
-            raise UsageError(f"specsample signoff: commit {commit[:8]} has no time_sample results for "
-                             f"{', '.join(lacking)} in {where}; newest commits there: {listing}")  # fmt: skip
+            raise UsageError(
+                f"specsample signoff: commit {commit[:8]} has no time_sample results for "
+                f"{', '.join(lacking)} in {where}; newest commits there: {listing}"
+            )
     else:
         commit, how = signoff.newest_commit_with(df, [base, head]), "the newest with results for both"
         if commit is None:
-            raise UsageError(f"specsample signoff: no commit has time_sample results for both {base} and {head} "
-                             f"in {where}; newest commits there: {listing}")  # fmt: skip
+            raise UsageError(
+                f"specsample signoff: no commit has time_sample results for both {base} and {head} "
+                f"in {where}; newest commits there: {listing}"
+            )
     df = df[df["commit"] == commit]
     min_effect = signoff.ASV_MIN_EFFECT if args.min_effect is None else args.min_effect
     min_abs = 0.0 if args.min_abs_us is None else args.min_abs_us * 1e-6
-    verdicts = signoff.compare_variants(df, base, head, alpha=args.alpha, min_effect=min_effect,
-                                        min_abs_seconds=min_abs)  # fmt: skip
+    verdicts = signoff.compare_variants(
+        df, base, head, alpha=args.alpha, min_effect=min_effect, min_abs_seconds=min_abs
+    )
     date = df["date"].iloc[0]
-    notes = [f"From the committed asv results in {where}: commit `{commit[:8]}` ({date:%Y-%m-%d %H:%M} UTC), {how}; "
-             f"the two subjects as measured in that run."]  # fmt: skip
-    report = signoff.report_markdown(verdicts, machine_environment(df), allow_missing=args.allow_missing,
-                                     title=f"specsample sign-off: {head} vs {base}", notes=notes)  # fmt: skip
+    notes = [
+        f"From the committed asv results in {where}: commit `{commit[:8]}` ({_when(date, '%Y-%m-%d %H:%M UTC')}), {how}; "
+        f"the two subjects as measured in that run."
+    ]
+    report = signoff.report_markdown(
+        verdicts,
+        machine_environment(df),
+        allow_missing=args.allow_missing,
+        title=f"specsample sign-off: {head} vs {base}",
+        notes=notes,
+    )
     print(report)
     if args.report:
         Path(args.report).write_text(report)
     return signoff.exit_code(verdicts, allow_missing=args.allow_missing)
 
 
+def _when(date, fmt: str) -> str:
+    """A results-frame date for a message (``"no date"`` where asv recorded none)."""
+    import pandas as pd
+
+    return "no date" if pd.isna(date) else date.strftime(fmt)
+
+
 def cmd_signoff_validate(args: argparse.Namespace) -> int:
     from .track.signoff import validate
 
-    if not args.smoke:
+    if args.smoke:
+        import torch
+
+        cuda = torch.cuda.is_available()
+        if not cuda:  # before anything imports Triton: its language functions are decorated at import
+            os.environ["TRITON_INTERPRET"] = "1"
+    else:
         _require_gpu("specsample signoff-validate")
+        cuda = True
     repo = Path(args.repo) if args.repo else _git_toplevel()
-    machine = args.machine or ("cpu-interpreter" if args.smoke and _no_gpu() else _machine(args))
+    machine = args.machine or ("cpu-interpreter" if not cuda else _machine(args))
     opts = validate.options(
-        Path(args.out), repo, smoke=args.smoke, tier=args.tier, sweeps=tuple(args.sweep or ()),
-        subjects=tuple(args.subject or ()), samples=args.samples, aa_runs=args.aa_runs, targets=args.targets,
-        budget=args.budget, machine=machine, alpha=args.alpha, min_effect=args.min_effect,
+        Path(args.out),
+        repo,
+        smoke=args.smoke,
+        cuda=cuda,
+        tier=args.tier,
+        sweeps=tuple(args.sweep or ()),
+        subjects=tuple(args.subject or ()),
+        samples=args.samples,
+        aa_runs=args.aa_runs,
+        targets=args.targets,
+        budget=args.budget,
+        machine=machine,
+        alpha=args.alpha,
+        min_effect=args.min_effect,
         min_abs_seconds=None if args.min_abs_us is None else args.min_abs_us * 1e-6,
-    )  # fmt: skip
+    )
     try:
         return validate.validate(opts)
     except validate.ValidationError as exc:
         raise UsageError(f"specsample signoff-validate: {exc}") from None
-
-
-def _no_gpu() -> bool:
-    from .machine import cuda_unavailable
-
-    return bool(cuda_unavailable())
 
 
 def _git_toplevel() -> Path:
@@ -499,8 +635,10 @@ def cmd_vllm_fetch(args: argparse.Namespace) -> int:
             print(f"specsample vllm fetch: {exc}", file=sys.stderr)
             failed += 1
             continue
-        print(f"{entry.label}: {len(entry.files)} files ({', '.join(entry.files)}) -> {entry.root.parent} "
-              f"in {time.monotonic() - start:.1f} s")  # fmt: skip
+        print(
+            f"{entry.label}: {len(entry.files)} files ({', '.join(entry.files)}) -> {entry.root.parent} "
+            f"in {time.monotonic() - start:.1f} s"
+        )
     return 2 if failed else 0
 
 
@@ -522,6 +660,53 @@ def cmd_gpuinfo(args: argparse.Namespace) -> int:
     return 0
 
 
+# ---- developer tools (specsample.devtools) ----------------------------------------------------
+
+
+def cmd_tune(args: argparse.Namespace) -> int:
+    from .devtools import tune
+
+    try:
+        opts = tune.options(args.workload, args.candidate, args.stages, args.before)
+    except ValueError as exc:
+        raise UsageError(f"specsample tune: {exc}") from None
+    _require_gpu("specsample tune")
+    tune.run(opts, Path(args.out), log=lambda line: print(line, flush=True))
+    return 0
+
+
+def cmd_noise_floor(args: argparse.Namespace) -> int:
+    _require_gpu("specsample noise-floor")
+    from .devtools import noise_floor
+
+    noise_floor.run(
+        args.num_reqs,
+        args.vocab_size,
+        args.num_speculative_steps,
+        Path(args.out),
+        log=lambda line: print(line, flush=True),
+    )
+    return 0
+
+
+def cmd_goals(args: argparse.Namespace) -> int:
+    from .devtools import goals
+    from .track.results import load_results
+
+    results = Path(args.results)
+    if not results.is_dir():
+        raise UsageError(f"specsample goals: no results directory {results}")
+    try:
+        spec = goals.load_goals(args.goals)
+        df, _ = load_results(results)
+        rows, machine = goals.select(df, args.commit, args.machine, args.tier)
+    except goals.GoalsError as exc:
+        raise UsageError(f"specsample goals: {exc}") from None
+    print(goals.header(rows, machine, args.tier))
+    print(goals.report(rows, spec))
+    return 0
+
+
 # ---- parser ----------------------------------------------------------------------------------
 
 
@@ -530,39 +715,56 @@ class _Formatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescription
 
 
 def _add_vllm_repo(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--vllm-repo", metavar="PATH", default=None,
-                   help="vLLM git checkout whose refs vllm@REF names (without it: $SPECSAMPLE_VLLM_REPO); "
-                        "for signoff, BASE and HEAD are then refs of that checkout")  # fmt: skip
+    p.add_argument(
+        "--vllm-repo",
+        metavar="PATH",
+        default=None,
+        help="vLLM git checkout whose refs vllm@REF names (without it: $SPECSAMPLE_VLLM_REPO); "
+        "for signoff, BASE and HEAD are then refs of that checkout",
+    )
 
 
 def _add_gpus(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--gpus", metavar="all|0,1,...", default=None,
-                   help="shard the points over these GPUs, one worker process each (default: one GPU)")  # fmt: skip
+    p.add_argument(
+        "--gpus",
+        metavar="all|0,1,...",
+        default=None,
+        help="shard the points over these GPUs, one worker process each (default: one GPU)",
+    )
 
 
 def _add_machine(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--machine", default=os.environ.get("SPECSAMPLE_MACHINE"),
-                   help="asv machine name (default: $SPECSAMPLE_MACHINE, else named after the GPU found, e.g. h200)")  # fmt: skip
+    p.add_argument(
+        "--machine",
+        default=os.environ.get("SPECSAMPLE_MACHINE"),
+        help="asv machine name (default: $SPECSAMPLE_MACHINE, else named after the GPU found, e.g. h200)",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="specsample", description=__doc__, formatter_class=_Formatter)
     p.add_argument("--version", action="version", version=f"specsample {__version__}")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    subjects_help = (f"subjects: {', '.join(OUR_SUBJECTS)}, NAME@COMMIT, vllm==X.Y.Z, vllm@REF, vllm")
+    subjects_help = f"subjects: {', '.join(OUR_SUBJECTS)}, NAME@COMMIT, vllm==X.Y.Z, vllm@REF, vllm"
 
-    c = sub.add_parser("compare", help="time subjects side by side (interleaved, one process)",
-                       formatter_class=_Formatter, description=subjects_help)  # fmt: skip
-    c.add_argument("--subjects", "--variants", dest="subjects", nargs="+", default=["mrv2", "mrv2-pre50939"],
-                   help="what to time")  # fmt: skip
+    c = sub.add_parser(
+        "compare",
+        help="time subjects side by side (interleaved, one process)",
+        formatter_class=_Formatter,
+        description=subjects_help,
+    )
+    c.add_argument(
+        "--subjects", "--variants", dest="subjects", nargs="+", default=["mrv2", "mrv2-pre50939"], help="what to time"
+    )
     c.add_argument("--mode", nargs="+", default=["standard", "block"], choices=MODES, help="verification modes")
     c.add_argument("--draft", nargs="+", default=["logits"], choices=["logits", "one-hot"], help="draft kinds")
     c.add_argument("--num-reqs", nargs="+", type=int, default=[128], help="batch sizes R")
     c.add_argument("-K", nargs="+", type=int, default=[4], help="speculative steps K")
     c.add_argument("--vocab-size", nargs="+", type=int, default=[151936], help="vocab sizes V")
     c.add_argument("--phi", nargs="+", type=float, default=[0.0, 0.5, 1.0], help="placeholder densities")
-    c.add_argument("--pattern", default="trailing", choices=[p for p in PATTERNS if p != "all"],
-                   help="where placeholders sit")  # fmt: skip
+    c.add_argument(
+        "--pattern", default="trailing", choices=[p for p in PATTERNS if p != "all"], help="where placeholders sit"
+    )
     c.add_argument("--l2", default="cold", choices=["cold", "warm"], help="L2 state of every call")
     c.add_argument("--samples", type=int, default=20, help="samples per subject and point")
     c.add_argument("--json", help="also write the rows to this JSON file")
@@ -579,8 +781,11 @@ def build_parser() -> argparse.ArgumentParser:
     _add_gpus(b)
     b.set_defaults(func=cmd_bench)
 
-    f = sub.add_parser("backfill", help="benchmark past commits (each from its own worktree) or vLLM releases",
-                       formatter_class=_Formatter)  # fmt: skip
+    f = sub.add_parser(
+        "backfill",
+        help="benchmark past commits (each from its own worktree) or vLLM releases",
+        formatter_class=_Formatter,
+    )
     f.add_argument("revs", nargs="+", help="commits or ranges of this repository, or vllm==X.Y.Z releases")
     f.add_argument("--tier", default="quick", choices=TIERS, help="tier measured at each commit")
     _add_machine(f)
@@ -588,8 +793,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_gpus(f)
     f.set_defaults(func=cmd_backfill)
 
-    n = sub.add_parser("nightly", help="bench the nightly tier, asv publish, rebuild dashboards/",
-                       formatter_class=_Formatter)  # fmt: skip
+    n = sub.add_parser(
+        "nightly", help="bench the nightly tier, asv publish, rebuild dashboards/", formatter_class=_Formatter
+    )
     _add_machine(n)
     n.add_argument("--no-fetch", action="store_true", help="do not fetch missing vLLM releases first")
     _add_vllm_repo(n)
@@ -601,67 +807,182 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--out", default="dashboards", help="where the site is written")
     d.set_defaults(func=cmd_dashboard)
 
-    s = sub.add_parser("signoff", help="did anything get slower? exit 0 pass, 1 regression, 2 not verified",
-                       formatter_class=_Formatter, description=subjects_help)  # fmt: skip
+    r = sub.add_parser(
+        "regressions",
+        help="change points in the results' history: exit 1 if a regression, 0 if none, 2 bad input",
+        formatter_class=_Formatter,
+        description="Steps in every series (machine, benchmark, point) over commits, and over vLLM releases, "
+        "found with asv's step detection, each above the measured noise "
+        "(specsample.track.changepoints): ranked regressions and improvements still present at the "
+        "newest commit or release, and the newest commit against the previous one.",
+    )
+    r.add_argument("--results", default="results", help="asv results directory")
+    r.add_argument("--machine", help="only this machine's results; None: every machine in --results")
+    r.add_argument("--json", metavar="FILE", help="also write every change and the newest-vs-previous summary here")
+    r.set_defaults(func=cmd_regressions)
+
+    s = sub.add_parser(
+        "signoff",
+        help="did anything get slower? exit 0 pass, 1 regression, 2 not verified",
+        formatter_class=_Formatter,
+        description=subjects_help,
+    )
     s.add_argument("base", nargs="?", help="base: a commit, a subject (vllm==0.32.0), or with --vllm-repo a ref")
     s.add_argument("head", nargs="?", help="head: the same kind as base (head == base: an A/A run)")
-    s.add_argument("--variants", nargs=2, metavar=("BASE", "HEAD"),
-                   help="compare two subjects' committed results instead (newest commit with both)")  # fmt: skip
+    s.add_argument(
+        "--variants",
+        nargs=2,
+        metavar=("BASE", "HEAD"),
+        help="compare two subjects' committed results instead (newest commit with both)",
+    )
     s.add_argument("--commit", help="with --variants: this commit's results instead of the newest with both")
     s.add_argument("--results", default="results", help="asv results directory (--variants)")
-    s.add_argument("--tier", default=None, choices=TIERS,
-                   help="the points measured (default quick; smoke runs on a CPU); with --variants, only this "
-                        "tier's results")  # fmt: skip
-    s.add_argument("--sweep", action="append", metavar="NAME", help="only this sweep of the tier, e.g. Density (repeatable)")
-    s.add_argument("--subject", action="append", metavar="NAME",
-                   help="two commits: only this subject of the tier, e.g. mrv2 (repeatable)")  # fmt: skip
+    s.add_argument(
+        "--tier",
+        default=None,
+        choices=TIERS,
+        help="the points measured (default quick; smoke runs on a CPU); with --variants, only this tier's results",
+    )
+    s.add_argument("--sweep", action="append", metavar="NAME", help="only this sweep of the tier, e.g. Density")
+    s.add_argument(
+        "--subject",
+        action="append",
+        metavar="NAME",
+        help="two commits: only this subject of the tier, e.g. mrv2 (repeatable)",
+    )
     s.add_argument("--samples", type=int, default=30, help="samples per side and point")
     s.add_argument("--alpha", type=float, default=0.002, help="significance level of the Mann-Whitney U test")
-    s.add_argument("--min-effect", type=float, default=None,
-                   help="smallest relative change that counts (default 0.02 paired, 0.05 for --variants)")  # fmt: skip
-    s.add_argument("--min-abs-us", type=float, default=None,
-                   help="time points must also change by more than this many us (default 0.5 paired, 0 for --variants)")  # fmt: skip
-    s.add_argument("--allow-missing", action="store_true",
-                   help="pass points measured on one side only (listed in the report) instead of exit 2")  # fmt: skip
+    s.add_argument(
+        "--min-effect",
+        type=float,
+        default=None,
+        help="smallest relative change that counts (default 0.02 paired, 0.05 for --variants)",
+    )
+    s.add_argument(
+        "--min-abs-us",
+        type=float,
+        default=None,
+        help="time points must also change by more than this many us (default 0.5 paired, 0 for --variants)",
+    )
+    s.add_argument(
+        "--allow-missing",
+        action="store_true",
+        help="pass points measured on one side only (listed in the report) instead of exit 2",
+    )
     _add_machine(s)
     s.add_argument("--report", help="also write the markdown report here")
     _add_vllm_repo(s)
     s.set_defaults(func=cmd_signoff)
 
-    sv = sub.add_parser("signoff-validate", help="validate the sign-off: A/A runs and planted slowdowns",
-                        formatter_class=_Formatter,
-                        description="Calibrate the planted slowdown, plant it as throw-away commits, sign each "
-                                    "off against head, run A/A sign-offs, and write the detection matrix "
-                                    "(specsample.track.signoff.validate). Exit 0 when it says PASS, else 1.")  # fmt: skip
-    sv.add_argument("--out", default=os.environ.get("OUT") or "validation", help="output folder (default $OUT, else ./validation)")
+    sv = sub.add_parser(
+        "signoff-validate",
+        help="validate the sign-off: A/A runs and planted slowdowns",
+        formatter_class=_Formatter,
+        description="Calibrate the planted slowdown, plant it as throw-away commits, sign each "
+        "off against head, run A/A sign-offs, and write the detection matrix "
+        "(specsample.track.signoff.validate). Exit 0 when it says PASS, else 1.",
+    )
+    sv.add_argument("--out", default=os.environ.get("OUT") or "validation", help="output ($OUT, else ./validation)")
     sv.add_argument("--repo", help="the specsample checkout whose HEAD is validated (default: the one around the cwd)")
     sv.add_argument("--tier", default=None, choices=TIERS, help="default quick (smoke with --smoke)")
     sv.add_argument("--sweep", action="append", metavar="NAME", help="only this sweep of the tier (repeatable)")
-    sv.add_argument("--subject", "--variant", dest="subject", action="append", metavar="NAME",
-                    help="only this subject of the tier (repeatable)")  # fmt: skip
+    sv.add_argument(
+        "--subject",
+        "--variant",
+        dest="subject",
+        action="append",
+        metavar="NAME",
+        help="only this subject of the tier (repeatable)",
+    )
     sv.add_argument("--samples", type=int, default=None, help="samples per side and point (default 30; 2 with --smoke)")
     sv.add_argument("--aa-runs", type=int, default=5, help="A/A sign-offs")
-    sv.add_argument("--targets", type=float, nargs="+", default=None, help="planted slowdowns, as fractions (default 0.03 0.05 0.1)")
-    sv.add_argument("--budget", type=float, default=450.0, help="seconds for the whole validation; runs that would not fit are left out")
+    sv.add_argument("--targets", type=float, nargs="+", default=None, help="planted slowdowns (default 0.03 0.05 0.1)")
+    sv.add_argument("--budget", type=float, default=450.0, help="seconds in all; runs that would not fit are left out")
     _add_machine(sv)
     sv.add_argument("--alpha", type=float, default=0.002, help="significance level of the Mann-Whitney U test")
     sv.add_argument("--min-effect", type=float, default=None, help="paired min_effect (default 0.02)")
     sv.add_argument("--min-abs-us", type=float, default=None, help="paired absolute floor in us (default 0.5)")
-    sv.add_argument("--smoke", action="store_true", help="CPU run: Triton interpreter, tiny shapes, host timer (checks the flow)")
+    sv.add_argument("--smoke", action="store_true", help="CPU: interpreter, tiny shapes, host timer (checks the flow)")
     sv.set_defaults(func=cmd_signoff_validate)
 
     v = sub.add_parser("vllm", help="vLLM releases in the cache ($SPECSAMPLE_CACHE)", formatter_class=_Formatter)
     vsub = v.add_subparsers(dest="vllm_command", required=True, metavar="ACTION")
-    vf = vsub.add_parser("fetch", help="pip download releases and extract the sampler's closure", formatter_class=_Formatter)
+    vf = vsub.add_parser(
+        "fetch", help="pip download releases and extract the sampler's closure", formatter_class=_Formatter
+    )
     vf.add_argument("releases", nargs="*", metavar="X.Y.Z", help="releases to fetch")
     vf.add_argument("--from-wheel", metavar="PATH", help="extract from this wheel instead of downloading")
     vf.set_defaults(func=cmd_vllm_fetch)
     vl = vsub.add_parser("list", help="what the cache holds", formatter_class=_Formatter)
     vl.set_defaults(func=cmd_vllm_list)
 
-    g = sub.add_parser("gpuinfo", help="print GPU, driver, CUDA, torch, Triton, clocks, copy bandwidth",
-                       formatter_class=_Formatter)  # fmt: skip
+    g = sub.add_parser(
+        "gpuinfo", help="print GPU, driver, CUDA, torch, Triton, clocks, copy bandwidth", formatter_class=_Formatter
+    )
     g.set_defaults(func=cmd_gpuinfo)
+
+    t = sub.add_parser(
+        "tune",
+        help="time fast's candidate configurations beside mrv2: whole calls and kernels (GPU)",
+        formatter_class=_Formatter,
+        description="Time fast's configurations (large, small, tiny and any --candidate) and mrv2 on each "
+        "workload, whole calls and kernels alone, interleaved, cold L2 (specsample.devtools.tune).",
+    )
+    t.add_argument("--out", default="tune-fast.json", help="JSON of every median, rewritten after each workload")
+    t.add_argument(
+        "--workload",
+        action="append",
+        metavar="NAME",
+        help="only this workload (repeatable); None: every one of specsample.devtools.tune.WORKLOADS",
+    )
+    t.add_argument(
+        "--candidate",
+        action="append",
+        default=[],
+        metavar="NAME=BASE:FIELD=VALUE,...",
+        help="an extra candidate: BASE (large, small or tiny) with those fast.Config fields replaced, "
+        "e.g. w8=large:stats_warps=8 (repeatable)",
+    )
+    t.add_argument(
+        "--stages",
+        default="large,small,before",
+        metavar="NAME,...",
+        help="candidates whose kernels are also timed alone ('before' only with --before)",
+    )
+    t.add_argument(
+        "--before",
+        metavar="MODULE",
+        help="an earlier fast.py, importable as this module, timed in its own defaults as 'before' (e.g. "
+        "specsample.kernels._fast_before from `git show REF:specsample/kernels/fast.py`)",
+    )
+    t.set_defaults(func=cmd_tune)
+
+    nf = sub.add_parser(
+        "noise-floor",
+        help="a resample row's Gumbel noise alone, its bytes alone, and fast's resample kernel (GPU)",
+        formatter_class=_Formatter,
+        description="Time the floor of a resample with mrv2's random numbers beside fast's resample kernel, "
+        "on one R x V grid in fast's resample geometry (specsample.devtools.noise_floor).",
+    )
+    nf.add_argument("--out", default="noise-floor.json", help="where the JSON result is written")
+    nf.add_argument("--num-reqs", type=int, default=128, help="requests R")
+    nf.add_argument("--vocab-size", type=int, default=151936, help="vocab size V")
+    nf.add_argument("--num-speculative-steps", type=int, default=4, help="speculative steps K of the resample batch")
+    nf.set_defaults(func=cmd_noise_floor)
+
+    gl = sub.add_parser(
+        "goals",
+        help="one commit's committed results against the performance goals (no GPU needed)",
+        formatter_class=_Formatter,
+        description="Report how one commit's results stand against goals read from a JSON file "
+        "(default: specsample/devtools/goals.json; its form: specsample.devtools.goals).",
+    )
+    gl.add_argument("commit", help="a commit hash or its prefix, as in results/<machine>/")
+    gl.add_argument("--machine", default=None, help="asv machine name (default: the one with results for the commit)")
+    gl.add_argument("--tier", default="nightly", choices=TIERS, help="whose results (quick: its points only)")
+    gl.add_argument("--results", default="results", help="asv results directory")
+    gl.add_argument("--goals", metavar="FILE", default=None, help="goals file (default: the packaged goals.json)")
+    gl.set_defaults(func=cmd_goals)
     return p
 
 

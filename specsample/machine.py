@@ -19,8 +19,11 @@ def _nvidia_smi(query: str) -> str | None:
     try:
         out = subprocess.run(
             ["nvidia-smi", f"--query-gpu={query}", "--format=csv,noheader"],
-            capture_output=True, text=True, timeout=20, check=True,
-        )  # fmt: skip
+            capture_output=True,
+            text=True,
+            timeout=20,
+            check=True,
+        )
     except (OSError, subprocess.SubprocessError):
         return None
     return out.stdout.strip().splitlines()[0] if out.stdout.strip() else None
@@ -51,10 +54,13 @@ def gpu_info(measure_bandwidth: bool = True) -> dict:
     info["cuda_visible_devices"] = os.environ.get("CUDA_VISIBLE_DEVICES")
     info["clocks"] = _nvidia_smi("clocks.sm,clocks.mem,clocks.max.sm,clocks.max.mem")
     info["devices"] = [
-        {"index": i, "name": torch.cuda.get_device_properties(i).name,
-         "uuid": str(getattr(torch.cuda.get_device_properties(i), "uuid", "")) or None}
+        {
+            "index": i,
+            "name": torch.cuda.get_device_properties(i).name,
+            "uuid": str(getattr(torch.cuda.get_device_properties(i), "uuid", "")) or None,
+        }
         for i in range(torch.cuda.device_count())
-    ]  # fmt: skip
+    ]
     if measure_bandwidth:
         from .timing import copy_bandwidth
 
@@ -82,8 +88,9 @@ def machine_name() -> str:
     return slug or "gpu"
 
 
-def write_gpu_info(results_dir: Path, machine: str, commit: str, info: dict | None = None, *,
-                   measure_bandwidth: bool = True) -> Path:  # fmt: skip
+def write_gpu_info(
+    results_dir: Path, machine: str, commit: str, info: dict | None = None, *, measure_bandwidth: bool = True
+) -> Path:
     path = Path(results_dir) / machine / f"{commit[:8]}.gpuinfo"
     path.parent.mkdir(parents=True, exist_ok=True)
     info = info if info is not None else gpu_info(measure_bandwidth=measure_bandwidth)

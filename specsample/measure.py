@@ -70,8 +70,9 @@ def _rotating(config: TimingConfig, copies: int) -> TimingConfig:
     return TimingConfig(config.l2, max(config.calls_per_sample, copies), config.num_samples, config.use_graph)
 
 
-def sampler_for(subject: subjects.Subject, w: Workload, copies: list[dict], config: TimingConfig,
-                host: bool = False) -> Sampler | HostSampler:  # fmt: skip
+def sampler_for(
+    subject: subjects.Subject, w: Workload, copies: list[dict], config: TimingConfig, host: bool = False
+) -> Sampler | HostSampler:
     """Prepare ``subject`` on every input copy (outside any timing) and wrap it for sampling.
 
     A call with host syncs cannot be graph-captured: it is timed eagerly on one input set with
@@ -164,8 +165,9 @@ def measure_point(
             _raise_if_poisoned(dev, exc)
             results[name] = PointResult("failed", reason=describe(exc))
             continue
-        results[name] = PointResult("ok", semantics=verdict.semantics if verdict else None,
-                                    semantics_detail=verdict.detail if verdict else "")  # fmt: skip
+        results[name] = PointResult(
+            "ok", semantics=verdict.semantics if verdict else None, semantics_detail=verdict.detail if verdict else ""
+        )
     counts = {name: s.sampler.config.num_samples for name, s in samplers.items()}
     taken, errors = interleave(samplers, counts)
     required = bytes_required(w)
@@ -230,8 +232,14 @@ def stage_pipelines(name: str, copies: list[dict]) -> list:
     return [subject.pipeline(**inputs) for inputs in copies]
 
 
-def measure_stages(names: Sequence[str], w: Workload, config: TimingConfig = TimingConfig(), *,
-                   device: str = "cuda", on_phase: OnPhase = _no_phase) -> dict[tuple[str, str], Timing]:  # fmt: skip
+def measure_stages(
+    names: Sequence[str],
+    w: Workload,
+    config: TimingConfig = TimingConfig(),
+    *,
+    device: str = "cuda",
+    on_phase: OnPhase = _no_phase,
+) -> dict[tuple[str, str], Timing]:
     """Time each kernel of each subject's pipeline on its own (:func:`stage_calls`), the
     subjects of each stage interleaved."""
     copies = input_copies(w, config.l2, device)

@@ -68,8 +68,7 @@ def violation(inputs: dict, sampled: torch.Tensor, num_sampled: torch.Tensor) ->
             return f"request {r}: num_sampled {count} outside [1, {n[r] + 1}]"
         tau = count - 1
         if tau > m[r]:
-            return (f"request {r}: {tau} drafts accepted, but its first -1 is draft {m[r] + 1} "
-                    f"(drafts {drafts[r]})")  # fmt: skip
+            return f"request {r}: {tau} drafts accepted, but its first -1 is draft {m[r] + 1} (drafts {drafts[r]})"
         emitted = row[:count]
         if emitted[:tau] != drafts[r][:tau]:
             return f"request {r}: accepted tokens {emitted[:tau]} are not its drafts {drafts[r][:tau]}"
@@ -95,8 +94,11 @@ def classify(
     differing = _differing(out, reference)
     if differing == 0:
         return Verdict("same draws")
-    return Verdict("same semantics, other stream",
-                   f"{differing} of {len(num_sampled)} requests emit other tokens than mrv2", differing)  # fmt: skip
+    return Verdict(
+        "same semantics, other stream",
+        f"{differing} of {len(num_sampled)} requests emit other tokens than mrv2",
+        differing,
+    )
 
 
 def _differing(out, reference) -> int:

@@ -31,9 +31,22 @@ from .schema import BASE_POINT, STAGE_AXIS, STAGES, TIERS, asv_name
 # (vllm/v1/worker/gpu/spec_decode/rejection_sampler_utils.py first ships in 0.22.0).
 # Append-only: a new release is added here, and the releases tier measures it from then on.
 MRV2_RELEASES = (
-    "0.22.0", "0.22.1", "0.23.0", "0.24.0", "0.25.0", "0.25.1", "0.26.0", "0.27.0", "0.27.1",
-    "0.28.0", "0.29.0", "0.30.0", "0.31.0", "0.32.0", "0.33.0",
-)  # fmt: skip
+    "0.22.0",
+    "0.22.1",
+    "0.23.0",
+    "0.24.0",
+    "0.25.0",
+    "0.25.1",
+    "0.26.0",
+    "0.27.0",
+    "0.27.1",
+    "0.28.0",
+    "0.29.0",
+    "0.30.0",
+    "0.31.0",
+    "0.32.0",
+    "0.33.0",
+)
 NEWEST_RELEASE = f"vllm=={MRV2_RELEASES[-1]}"
 
 # vLLM subjects beside ours in the nightly tier: the newest release, and the main branch of the
@@ -90,8 +103,9 @@ class Sweep:
         return dict(zip(self.axis_names, params))
 
 
-def _sweep(tier: str, name: str, kind: str = "sampler", latency: bool = True, timeout: int = 900,
-           **overrides: tuple) -> Sweep:  # fmt: skip
+def _sweep(
+    tier: str, name: str, kind: str = "sampler", latency: bool = True, timeout: int = 900, **overrides: tuple
+) -> Sweep:
     axes = dict(BASE, **overrides)
     if kind == "stages":
         axes[STAGE_AXIS] = STAGES
@@ -104,8 +118,15 @@ _RELEASE_SUBJECTS = (*OURS, *(f"vllm=={r}" for r in MRV2_RELEASES))
 
 SWEEPS: tuple[Sweep, ...] = (
     # ---- smoke: CPU interpreter, tiny shapes
-    _sweep("smoke", "Grid", num_reqs=(2,), num_speculative_steps=(2,), vocab_size=(300,),
-           mode=("greedy", "block"), placeholder_density=(0.0, 0.5)),
+    _sweep(
+        "smoke",
+        "Grid",
+        num_reqs=(2,),
+        num_speculative_steps=(2,),
+        vocab_size=(300,),
+        mode=("greedy", "block"),
+        placeholder_density=(0.0, 0.5),
+    ),
     # ---- quick: ~60 points for sign-off
     _sweep("quick", "Density", placeholder_density=(0.0, 0.5, 1.0), draft=("logits", "one-hot")),
     _sweep("quick", "Shape", num_reqs=(8, 512), vocab_size=(32000, 262144)),
@@ -116,30 +137,59 @@ SWEEPS: tuple[Sweep, ...] = (
     _sweep("nightly", "Steps", num_speculative_steps=(1, 3, 4, 7, 8)),
     _sweep("nightly", "Vocab", vocab_size=(32000, 128256, 151936, 155264, 262144)),
     _sweep("nightly", "Placeholders", placeholder_density=(0.0, 1.0)),
-    _sweep("nightly", "Density", latency=False, placeholder_density=_DENSITIES,
-           placeholder_pattern=("trailing", "random"), draft=("logits", "one-hot")),
-    _sweep("nightly", "Peers", latency=False, subject=_PEERS, mode=("standard",),
-           placeholder_density=(0.0,), num_reqs=(1, 32, 128, 512), vocab_size=(32000, 151936)),
-    _sweep("nightly", "Stages", kind="stages", placeholder_density=(0.0, 0.5, 1.0),
-           draft=("logits", "one-hot")),
+    _sweep(
+        "nightly",
+        "Density",
+        latency=False,
+        placeholder_density=_DENSITIES,
+        placeholder_pattern=("trailing", "random"),
+        draft=("logits", "one-hot"),
+    ),
+    _sweep(
+        "nightly",
+        "Peers",
+        latency=False,
+        subject=_PEERS,
+        mode=("standard",),
+        placeholder_density=(0.0,),
+        num_reqs=(1, 32, 128, 512),
+        vocab_size=(32000, 151936),
+    ),
+    _sweep("nightly", "Stages", kind="stages", placeholder_density=(0.0, 0.5, 1.0), draft=("logits", "one-hot")),
     _sweep("nightly", "Vllm", subject=(*OURS, *NIGHTLY_VLLM), placeholder_density=_DENSITIES),
     # ---- releases: every MRV2 release beside ours, measured in one run
-    _sweep("releases", "Density", timeout=3600, subject=_RELEASE_SUBJECTS,
-           placeholder_density=_DENSITIES, placeholder_pattern=("trailing", "random"),
-           draft=("logits", "one-hot")),
-    _sweep("releases", "Shape", timeout=3600, subject=_RELEASE_SUBJECTS,
-           num_reqs=(1, 8, 32, 128, 512)),
-    _sweep("releases", "Steps", timeout=3600, subject=_RELEASE_SUBJECTS,
-           num_speculative_steps=(1, 4, 7)),
-    _sweep("releases", "Vocab", timeout=3600, subject=_RELEASE_SUBJECTS,
-           vocab_size=(32000, 128256, 151936)),
+    _sweep(
+        "releases",
+        "Density",
+        timeout=3600,
+        subject=_RELEASE_SUBJECTS,
+        placeholder_density=_DENSITIES,
+        placeholder_pattern=("trailing", "random"),
+        draft=("logits", "one-hot"),
+    ),
+    _sweep("releases", "Shape", timeout=3600, subject=_RELEASE_SUBJECTS, num_reqs=(1, 8, 32, 128, 512)),
+    _sweep("releases", "Steps", timeout=3600, subject=_RELEASE_SUBJECTS, num_speculative_steps=(1, 4, 7)),
+    _sweep("releases", "Vocab", timeout=3600, subject=_RELEASE_SUBJECTS, vocab_size=(32000, 128256, 151936)),
     # ---- full: the cartesian grid of spec section 8
-    _sweep("full", "Grid", latency=False, num_reqs=(1, 8, 32, 128, 256, 512),
-           num_speculative_steps=(1, 4, 8), vocab_size=(32000, 151936, 262144),
-           placeholder_density=(0.0, 0.5, 1.0), draft=("logits", "one-hot")),
-    _sweep("full", "Stages", kind="stages", num_reqs=(8, 128, 512), placeholder_density=_DENSITIES,
-           draft=("logits", "one-hot")),
-)  # fmt: skip
+    _sweep(
+        "full",
+        "Grid",
+        latency=False,
+        num_reqs=(1, 8, 32, 128, 256, 512),
+        num_speculative_steps=(1, 4, 8),
+        vocab_size=(32000, 151936, 262144),
+        placeholder_density=(0.0, 0.5, 1.0),
+        draft=("logits", "one-hot"),
+    ),
+    _sweep(
+        "full",
+        "Stages",
+        kind="stages",
+        num_reqs=(8, 128, 512),
+        placeholder_density=_DENSITIES,
+        draft=("logits", "one-hot"),
+    ),
+)
 
 
 def sweeps(tier: str | None = None) -> tuple[Sweep, ...]:

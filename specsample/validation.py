@@ -63,7 +63,11 @@ def check_inputs(
     for name, flag in (("use_block_verification", use_block_verification), ("use_fp64", use_fp64)):
         if not isinstance(flag, bool):
             _fail(name, "a bool", type(flag).__name__)
-    if isinstance(num_speculative_steps, bool) or not isinstance(num_speculative_steps, int) or num_speculative_steps < 1:
+    if (
+        isinstance(num_speculative_steps, bool)
+        or not isinstance(num_speculative_steps, int)
+        or num_speculative_steps < 1
+    ):
         _fail("num_speculative_steps", "an int >= 1", num_speculative_steps)
     k = num_speculative_steps
     _check_tensor("temperature", temperature, 1, (torch.float32,))
@@ -90,16 +94,26 @@ def check_inputs(
     if synthetic_conditional_rates is not None:
         _check_tensor("synthetic_conditional_rates", synthetic_conditional_rates, 1, (torch.float32,), k)
         if use_block_verification:
-            _fail("synthetic_conditional_rates", "None under use_block_verification (synthetic mode "
-                  "cannot be combined with block verification)", "a tensor")  # fmt: skip
+            _fail(
+                "synthetic_conditional_rates",
+                "None under use_block_verification (synthetic mode cannot be combined with block verification)",
+                "a tensor",
+            )
 
     # ---- devices
     tensors = {
-        "target_logits": target_logits, "draft_logits": draft_logits, "draft_sampled": draft_sampled,
-        "cu_num_logits": cu_num_logits, "pos": pos, "idx_mapping": idx_mapping,
-        "expanded_idx_mapping": expanded_idx_mapping, "expanded_local_pos": expanded_local_pos,
-        "temperature": temperature, "seed": seed, "synthetic_conditional_rates": synthetic_conditional_rates,
-    }  # fmt: skip
+        "target_logits": target_logits,
+        "draft_logits": draft_logits,
+        "draft_sampled": draft_sampled,
+        "cu_num_logits": cu_num_logits,
+        "pos": pos,
+        "idx_mapping": idx_mapping,
+        "expanded_idx_mapping": expanded_idx_mapping,
+        "expanded_local_pos": expanded_local_pos,
+        "temperature": temperature,
+        "seed": seed,
+        "synthetic_conditional_rates": synthetic_conditional_rates,
+    }
     device = target_logits.device
     for name, x in tensors.items():
         if x is not None and x.device != device:

@@ -148,7 +148,9 @@ def _run_sharded(units, options, outcome, python, log, gpus) -> None:
         again = _run_shard(left, options, outcome, crash_count, python, log, len(units), other, lock)
         for u in again:
             for name in u.names:
-                outcome.records[u.key].setdefault(name, {"status": "failed", "reason": f"gpu {gpu} and gpu {other} lost"})
+                outcome.records[u.key].setdefault(
+                    name, {"status": "failed", "reason": f"gpu {gpu} and gpu {other} lost"}
+                )
 
 
 def _run_shard(pending, options, outcome, crash_count, python, log, total, gpu=None, lock=None) -> list[Unit]:
@@ -192,8 +194,7 @@ def _run_shard(pending, options, outcome, crash_count, python, log, total, gpu=N
             outcome.crashes.append((key, subject, reason))
             crash_count[(subject, unit.point.get("mode"))] = crash_count.get((subject, unit.point.get("mode")), 0) + 1
         say(f"specsample worker: {name} ({subject}) crashed at {_label(unit.point)}: {reason}")
-        pending = [_replace_subjects(u, [n for n in u.names if n != name]) if u.key == key else u
-                   for u in pending]  # fmt: skip
+        pending = [_replace_subjects(u, [n for n in u.names if n != name]) if u.key == key else u for u in pending]
     return []
 
 
@@ -241,12 +242,20 @@ def _run_worker(units, options, outcome, python, log, total, gpu=None, lock=None
             env["TRITON_INTERPRET"] = "1"
         if gpu is not None:
             env["CUDA_VISIBLE_DEVICES"] = str(gpu)
-        proc = subprocess.Popen([python, "-m", "specsample.worker", str(job)], stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)  # fmt: skip
+        proc = subprocess.Popen(
+            [python, "-m", "specsample.worker", str(job)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+            start_new_session=True,
+        )
         events: queue.Queue = queue.Queue()
         stderr_tail: list[str] = []
-        readers = [threading.Thread(target=_read_events, args=(proc.stdout, events), daemon=True),
-                   threading.Thread(target=_read_stderr, args=(proc.stderr, stderr_tail), daemon=True)]  # fmt: skip
+        readers = [
+            threading.Thread(target=_read_events, args=(proc.stdout, events), daemon=True),
+            threading.Thread(target=_read_stderr, args=(proc.stderr, stderr_tail), daemon=True),
+        ]
         for t in readers:
             t.start()
         done: set[str] = set()
@@ -257,8 +266,7 @@ def _run_worker(units, options, outcome, python, log, total, gpu=None, lock=None
                 event = events.get(timeout=options.stall_s)
             except queue.Empty:
                 _kill(proc)
-                crash = (current_key or units[0].key, current_subject,
-                         f"hung: no progress for {options.stall_s:.0f} s")  # fmt: skip
+                crash = (current_key or units[0].key, current_subject, f"hung: no progress for {options.stall_s:.0f} s")
                 break
             if event is None:  # stdout closed: the worker ended
                 break
@@ -288,8 +296,11 @@ def _run_worker(units, options, outcome, python, log, total, gpu=None, lock=None
         if crash is None and code != 0 and len(done) < len(units):
             why = _exit_reason(code)
             tail = next((line for line in reversed(stderr_tail) if line.strip()), "")
-            crash = (current_key or next(u.key for u in units if u.key not in done), current_subject,
-                     f"{why}: {tail}" if tail else why)  # fmt: skip
+            crash = (
+                current_key or next(u.key for u in units if u.key not in done),
+                current_subject,
+                f"{why}: {tail}" if tail else why,
+            )
         return done, crash
 
 
@@ -297,7 +308,7 @@ def _read_events(stream, events: queue.Queue) -> None:
     for line in stream:
         if line.startswith(PROTOCOL):
             try:
-                events.put(json.loads(line[len(PROTOCOL):]))
+                events.put(json.loads(line[len(PROTOCOL) :]))
             except ValueError:
                 continue
         else:
@@ -331,8 +342,9 @@ def _exit_reason(code: int) -> str:
 def _label(point: dict) -> str:
     from .schema import SYMBOLS
 
-    return " ".join(f"{SYMBOLS.get(k, '')}={v}" if k in SYMBOLS and k != "placeholder_pattern" else str(v)
-                    for k, v in point.items())  # fmt: skip
+    return " ".join(
+        f"{SYMBOLS.get(k, '')}={v}" if k in SYMBOLS and k != "placeholder_pattern" else str(v) for k, v in point.items()
+    )
 
 
 def _summary(records: dict[str, dict]) -> str:
@@ -379,8 +391,16 @@ def _measure_unit(unit: Unit, options: JobOptions, on_phase) -> dict[str, dict]:
     config = TimingConfig(l2=options.l2, calls_per_sample=options.calls_per_sample, num_samples=options.num_samples)
     if unit.kind == "stages":
         return _measure_stages(unit, w, config, options, on_phase)
-    results = measure.measure_point(unit.subjects, w, config, device=options.device, check=options.check,
-                                    host=options.host, on_phase=on_phase, labels=unit.labels)  # fmt: skip
+    results = measure.measure_point(
+        unit.subjects,
+        w,
+        config,
+        device=options.device,
+        check=options.check,
+        host=options.host,
+        on_phase=on_phase,
+        labels=unit.labels,
+    )
     records = {}
     for subject, r in results.items():
         if r.status == "ok":
@@ -399,7 +419,9 @@ def _measure_stages(unit, w, config, options, on_phase) -> dict[str, dict]:
     for name in unit.subjects:
         try:
             subject = subjects.get(name)
-            reason = subject.unsupported(w) or (None if subject.pipeline else f"{name} is one call (no per-kernel pipeline)")
+            reason = subject.unsupported(w) or (
+                None if subject.pipeline else f"{name} is one call (no per-kernel pipeline)"
+            )
         except subjects.NotSupported as exc:
             records[name] = {"status": "skipped", "reason": str(exc)}
             continue
@@ -413,8 +435,11 @@ def _measure_stages(unit, w, config, options, on_phase) -> dict[str, dict]:
     if ready:
         timings = measure.measure_stages(ready, w, config, device=options.device, on_phase=on_phase)
         for name in ready:
-            stages = {stage: {"median": t.median, "samples": list(t.samples)}
-                      for (subject, stage), t in timings.items() if subject == name}  # fmt: skip
+            stages = {
+                stage: {"median": t.median, "samples": list(t.samples)}
+                for (subject, stage), t in timings.items()
+                if subject == name
+            }
             records[name] = {"status": "ok", "stages": stages}
     return records
 
@@ -432,8 +457,10 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     job = json.loads(Path(argv[0]).read_text())
     options = JobOptions(**job["options"])
-    units = [Unit(u["key"], u["point"], tuple(u["subjects"]), u["kind"], tuple(u["labels"]) if u["labels"] else None)
-             for u in job["units"]]  # fmt: skip
+    units = [
+        Unit(u["key"], u["point"], tuple(u["subjects"]), u["kind"], tuple(u["labels"]) if u["labels"] else None)
+        for u in job["units"]
+    ]
     from .timing import describe
 
     seen: set[str] = set()

@@ -269,8 +269,7 @@ def _layout(w: Workload) -> _Layout:
     req_of_row = torch.repeat_interleave(torch.arange(R), num_drafts + 1)
     local_pos = torch.arange(N) - cu[:-1][req_of_row]
 
-    is_placeholder = _placeholder_mask(w, num_drafts, req_of_row, local_pos,
-                                       _generator(w, _STREAM_PLACEHOLDERS, cpu))
+    is_placeholder = _placeholder_mask(w, num_drafts, req_of_row, local_pos, _generator(w, _STREAM_PLACEHOLDERS, cpu))
     # m_r: the first placeholder's local position minus one, or n_r when there is none.
     first_hit = torch.where(is_placeholder, local_pos - 1, num_drafts[req_of_row])
     num_valid = torch.full((R,), K, dtype=torch.int64).scatter_reduce(0, req_of_row, first_hit, "amin")
@@ -303,8 +302,9 @@ def _layout(w: Workload) -> _Layout:
     g = _generator(w, _STREAM_GREEDY_MATCH, cpu)
     greedy_match = torch.rand((R, K), generator=g, dtype=torch.float64) < w.agreement
 
-    return _Layout(num_drafts, num_valid, cu, is_greedy, is_placeholder, idx_mapping, pos,
-                   temperature, seed, anchors, greedy_match)
+    return _Layout(
+        num_drafts, num_valid, cu, is_greedy, is_placeholder, idx_mapping, pos, temperature, seed, anchors, greedy_match
+    )
 
 
 def _num_drafts(w: Workload, g: torch.Generator) -> torch.Tensor:
@@ -318,8 +318,9 @@ def _num_drafts(w: Workload, g: torch.Generator) -> torch.Tensor:
     return n
 
 
-def _placeholder_mask(w: Workload, num_drafts: torch.Tensor, req_of_row: torch.Tensor,
-                      local_pos: torch.Tensor, g: torch.Generator) -> torch.Tensor:
+def _placeholder_mask(
+    w: Workload, num_drafts: torch.Tensor, req_of_row: torch.Tensor, local_pos: torch.Tensor, g: torch.Generator
+) -> torch.Tensor:
     """``[N]`` bool: which draft rows hold ``-1``. Anchor rows (local position 0) never do.
 
     The total is always ``P = round(phi * S)`` over the ``S = sum n_r`` draft slots (all ``S``
@@ -381,7 +382,8 @@ def _peaked_logits(rows: int, V: int, g: torch.Generator, device: torch.device) 
 
     top1 = _TOP1_MIN + (_TOP1_MAX - _TOP1_MIN) * torch.rand(rows, 1, generator=g, device=device)
     share = _RUNNER_UP_SHARE_MIN + (_RUNNER_UP_SHARE_MAX - _RUNNER_UP_SHARE_MIN) * torch.rand(
-        rows, 1, generator=g, device=device)
+        rows, 1, generator=g, device=device
+    )
     split = torch.randn(rows, H - 1, generator=g, device=device).softmax(dim=1)
     runners_up = torch.minimum((1 - top1) * share * split, 0.9 * top1)
     head_mass = torch.cat([top1, runners_up], dim=1)  # [rows, H]
@@ -435,8 +437,7 @@ def _build_logits_and_drafts(w: Workload, lay: _Layout, device: torch.device):
     # Inverse-CDF sampling: one uniform per row and a float64 running sum, several times faster
     # than torch.multinomial on CPU at V = 151936. right=True never lands on a zero-mass token.
     cdf = draft_rows.float().div_(draft_temp).softmax(dim=1).cumsum(dim=1, dtype=torch.float64)
-    u = torch.rand(R * K, 1, generator=_generator(w, _STREAM_DRAFT_SAMPLE, device), device=device,
-                   dtype=torch.float64)
+    u = torch.rand(R * K, 1, generator=_generator(w, _STREAM_DRAFT_SAMPLE, device), device=device, dtype=torch.float64)
     sampled = torch.searchsorted(cdf, u * cdf[:, -1:], right=True).clamp_(max=V - 1).view(R, K)
     del cdf
 

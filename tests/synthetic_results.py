@@ -75,11 +75,25 @@ def row(
     """One result row; ``seconds`` is the point's latency (the value is derived per metric)
     and None for a point that did not produce one."""
     name = benchmark_name(tier, sweep, metric)
-    out = {"commit": commit, "date": date, "machine": machine, "env": "synthetic",
-           "gpu": "NVIDIA H200", "driver": "580.0", "cuda": "13.0", "torch": "2.11", "triton": "3.6",
-           "benchmark": name, **split_benchmark_name(name), "unit": UNITS[metric],
-           **{a: BASE_POINT.get(a) for a in AXES if a != "subject"}, **point,
-           "status": status, "semantics": semantics, "reason": reason}  # fmt: skip
+    out = {
+        "commit": commit,
+        "date": date,
+        "machine": machine,
+        "env": "synthetic",
+        "gpu": "NVIDIA H200",
+        "driver": "580.0",
+        "cuda": "13.0",
+        "torch": "2.11",
+        "triton": "3.6",
+        "benchmark": name,
+        **split_benchmark_name(name),
+        "unit": UNITS[metric],
+        **{a: BASE_POINT.get(a) for a in AXES if a != "subject"},
+        **point,
+        "status": status,
+        "semantics": semantics,
+        "reason": reason,
+    }
     if seconds is None or status != "ok":
         return {**out, "value": np.nan}
     if metric == "time_sample":
@@ -151,13 +165,34 @@ def history_frame(
             seconds *= 1 + NOISE * rng.standard_normal()
             point = {"subject": subject, "mode": mode, "num_reqs": r}
             for metric in ("time_sample", "track_latency_us"):
-                rows.append(row(commit=commit, date=date, tier="nightly", sweep="Batch",
-                                metric=metric, point=point, seconds=seconds, rng=rng,
-                                machine=machine))  # fmt: skip
+                rows.append(
+                    row(
+                        commit=commit,
+                        date=date,
+                        tier="nightly",
+                        sweep="Batch",
+                        metric=metric,
+                        point=point,
+                        seconds=seconds,
+                        rng=rng,
+                        machine=machine,
+                    )
+                )
             self_ratio = subject == "mrv2"
-            rows.append(row(commit=commit, date=date, tier="nightly", sweep="Batch",
-                            metric="track_ratio_to_mrv2", point=point, seconds=seconds, rng=rng,
-                            status="failed" if self_ratio else "ok", machine=machine))  # fmt: skip
+            rows.append(
+                row(
+                    commit=commit,
+                    date=date,
+                    tier="nightly",
+                    sweep="Batch",
+                    metric="track_ratio_to_mrv2",
+                    point=point,
+                    seconds=seconds,
+                    rng=rng,
+                    status="failed" if self_ratio else "ok",
+                    machine=machine,
+                )
+            )
     return to_frame(rows)
 
 
@@ -218,10 +253,21 @@ def releases_frame(
         if sweep == "Density" and key == tuple(violates):
             semantics = "violates placeholder semantics"
         for metric in ("time_sample", "track_latency_us"):
-            rows.append(row(commit=commit, date=when, tier="releases", sweep=sweep, metric=metric,
-                            point={"subject": subject, **point}, seconds=seconds, rng=rng,
-                            status=status, semantics=semantics if subject.startswith("vllm") else None,
-                            reason=reason))  # fmt: skip
+            rows.append(
+                row(
+                    commit=commit,
+                    date=when,
+                    tier="releases",
+                    sweep=sweep,
+                    metric=metric,
+                    point={"subject": subject, **point},
+                    seconds=seconds,
+                    rng=rng,
+                    status=status,
+                    semantics=semantics if subject.startswith("vllm") else None,
+                    reason=reason,
+                )
+            )
     return to_frame(rows)
 
 
@@ -239,8 +285,18 @@ def placeholders_frame(
         seconds *= (0.6 if subject == "fast" else 1.0) * (1 + NOISE * rng.standard_normal())
         point = {"subject": subject, "mode": mode, "draft": draft, "placeholder_density": phi}
         for metric in ("time_sample", "track_latency_us"):
-            rows.append(row(commit=commit, date=when, tier="nightly", sweep="Placeholders",
-                            metric=metric, point=point, seconds=seconds, rng=rng))  # fmt: skip
+            rows.append(
+                row(
+                    commit=commit,
+                    date=when,
+                    tier="nightly",
+                    sweep="Placeholders",
+                    metric=metric,
+                    point=point,
+                    seconds=seconds,
+                    rng=rng,
+                )
+            )
     return to_frame(rows)
 
 
@@ -261,9 +317,19 @@ def stages_frame(*, commit_label: str = "stages-run", date: str = "2026-11-08") 
         skipped = mode == "greedy" and stage in ("residual_mass", "rejection")
         if stage == "residual_mass" and subject == "mrv2":
             us *= 1 - phi / 2
-        rows.append(row(commit=commit, date=when, tier="nightly", sweep="Stages", metric="track_stage_us",
-                        point={"subject": subject, "mode": mode, "placeholder_density": phi, "stage": stage},
-                        seconds=us * 1e-6, rng=rng, status="skipped" if skipped else "ok"))  # fmt: skip
+        rows.append(
+            row(
+                commit=commit,
+                date=when,
+                tier="nightly",
+                sweep="Stages",
+                metric="track_stage_us",
+                point={"subject": subject, "mode": mode, "placeholder_density": phi, "stage": stage},
+                seconds=us * 1e-6,
+                rng=rng,
+                status="skipped" if skipped else "ok",
+            )
+        )
     return to_frame(rows)
 
 
@@ -279,14 +345,32 @@ def peers_frame(
     scale = {"mrv2": 1.0, "fast": 0.6, "torch-eager": 20.0}
     for subject, r, v in itertools.product(scale, (8, 512), (32000, 262144)):
         seconds = latency("standard", "logits", 0.5, r, placeholder_fix=True) * v / 151936 * scale[subject]
-        rows.append(row(commit=commit, date=when, tier="quick", sweep="Shape", metric="time_sample",
-                        point={"subject": subject, "mode": "standard", "num_reqs": r, "vocab_size": v},
-                        seconds=seconds * (1 + NOISE * rng.standard_normal()), rng=rng))  # fmt: skip
+        rows.append(
+            row(
+                commit=commit,
+                date=when,
+                tier="quick",
+                sweep="Shape",
+                metric="time_sample",
+                point={"subject": subject, "mode": "standard", "num_reqs": r, "vocab_size": v},
+                seconds=seconds * (1 + NOISE * rng.standard_normal()),
+                rng=rng,
+            )
+        )
     for subject, r in itertools.product(("mrv2", "flashinfer-kernel"), (8, 128)):
         fraction = 0.4 if subject == "mrv2" else kernel_fraction
-        rows.append(row(commit=commit, date=when, tier="nightly", sweep="Peers",
-                        metric="track_bandwidth_fraction", point={"subject": subject, "num_reqs": r},
-                        seconds=1e-6 / fraction, rng=rng))  # fmt: skip
+        rows.append(
+            row(
+                commit=commit,
+                date=when,
+                tier="nightly",
+                sweep="Peers",
+                metric="track_bandwidth_fraction",
+                point={"subject": subject, "num_reqs": r},
+                seconds=1e-6 / fraction,
+                rng=rng,
+            )
+        )
     return to_frame(rows)
 
 
@@ -332,10 +416,14 @@ def write_asv_results(frame: pd.DataFrame, results: Path, provenance: dict | Non
     for name, rows in frame.groupby("benchmark"):
         names = [a for a in axes if rows[a].notna().any()]
         params = [[repr(_plain(v)) for v in sorted(rows[a].dropna().unique(), key=str)] for a in names]
-        benchmarks[name] = {"name": name, "param_names": [asv_name(a) for a in names],
-                            "params": params, "unit": str(rows["unit"].iloc[0]),
-                            "type": "time" if name.endswith("time_sample") else "track",
-                            "version": "1"}  # fmt: skip
+        benchmarks[name] = {
+            "name": name,
+            "param_names": [asv_name(a) for a in names],
+            "params": params,
+            "unit": str(rows["unit"].iloc[0]),
+            "type": "time" if name.endswith("time_sample") else "track",
+            "version": "1",
+        }
     (results / "benchmarks.json").write_text(json.dumps(benchmarks))
     for (machine, commit), run in frame.groupby(["machine", "commit"]):
         folder = results / machine
@@ -346,8 +434,18 @@ def write_asv_results(frame: pd.DataFrame, results: Path, provenance: dict | Non
             meta = benchmarks[name]
             names = [a for a in axes if asv_name(a) in meta["param_names"]]
             by_combo = {tuple(repr(_plain(r[a])) for a in names): r for r in rows.to_dict("records")}
-            columns = {c: [] for c in ("result", "stats_ci_99_a", "stats_ci_99_b", "stats_q_25",
-                                       "stats_q_75", "stats_repeat", "samples")}  # fmt: skip
+            columns = {
+                c: []
+                for c in (
+                    "result",
+                    "stats_ci_99_a",
+                    "stats_ci_99_b",
+                    "stats_q_25",
+                    "stats_q_75",
+                    "stats_repeat",
+                    "samples",
+                )
+            }
             for combo in itertools.product(*meta["params"]):
                 r = by_combo.get(combo)
                 if r is None:
@@ -367,14 +465,33 @@ def write_asv_results(frame: pd.DataFrame, results: Path, provenance: dict | Non
                     columns[c].append(_number(r.get(source)) if ok else None)
                 columns["stats_repeat"].append(int(r["n_samples"]) if ok and _number(r.get("n_samples")) else None)
                 columns["samples"].append(list(r["samples"]) if ok and isinstance(r.get("samples"), list) else None)
-            entries[name] = [columns["result"], meta["params"], "1", 0, 1.0, columns["stats_ci_99_a"],
-                             columns["stats_ci_99_b"], columns["stats_q_25"], columns["stats_q_75"],
-                             None, columns["stats_repeat"], columns["samples"]]  # fmt: skip
+            entries[name] = [
+                columns["result"],
+                meta["params"],
+                "1",
+                0,
+                1.0,
+                columns["stats_ci_99_a"],
+                columns["stats_ci_99_b"],
+                columns["stats_q_25"],
+                columns["stats_q_75"],
+                None,
+                columns["stats_repeat"],
+                columns["samples"],
+            ]
         date = pd.Timestamp(run["date"].iloc[0])
-        data = {"version": 2, "commit_hash": commit, "env_name": "synthetic",
-                "date": int(date.timestamp() * 1000), "params": {"machine": machine},
-                "python": "3.12", "requirements": {}, "env_vars": {},
-                "result_columns": _RESULT_COLUMNS, "results": entries}  # fmt: skip
+        data = {
+            "version": 2,
+            "commit_hash": commit,
+            "env_name": "synthetic",
+            "date": int(date.timestamp() * 1000),
+            "params": {"machine": machine},
+            "python": "3.12",
+            "requirements": {},
+            "env_vars": {},
+            "result_columns": _RESULT_COLUMNS,
+            "results": entries,
+        }
         (folder / f"{commit[:8]}-synthetic.json").write_text(json.dumps(data))
         first = run.iloc[0]
         (folder / f"{commit[:8]}.gpuinfo").write_text(

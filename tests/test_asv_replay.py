@@ -50,10 +50,17 @@ def fake_measurement(sweep, seed: int = 0) -> dict:
         n = 5 if p["mode"] == "greedy" else 20
         samples = [1e-5 * (1 + rng.random()) for _ in range(n)]
         points[tuple(p[k] for k in sweep.axis_names)] = {
-            "status": "ok", "samples": samples, "median": statistics.median(samples), "bytes": 1_000_000,
-            "method": "events" if n == 5 else "cuda-graph", "l2": "cold", "calls_per_sample": 1 if n == 5 else 10,
-            "input_copies": 1 if n == 5 else 4, "capture_error": None, "semantics": "same draws",
-        }  # fmt: skip
+            "status": "ok",
+            "samples": samples,
+            "median": statistics.median(samples),
+            "bytes": 1_000_000,
+            "method": "events" if n == 5 else "cuda-graph",
+            "l2": "cold",
+            "calls_per_sample": 1 if n == 5 else 10,
+            "input_copies": 1 if n == 5 else 4,
+            "capture_error": None,
+            "semantics": "same draws",
+        }
     return {"copy_bandwidth": 4e12, "points": points}
 
 
@@ -127,8 +134,9 @@ def test_asv_overrides_that_take_no_more_samples_replay_a_prefix(tmp_path, fake_
     assert asv_process(tmp_path, LATENCY, idx, override)["samples"] == stored["points"][key]["samples"][:taken]
 
 
-@pytest.mark.parametrize("override", [{"repeat": 21}, {"warmup_time": 0.2}, {"number": 2}],
-                         ids=["more-samples", "warm-up", "batched"])  # fmt: skip
+@pytest.mark.parametrize(
+    "override", [{"repeat": 21}, {"warmup_time": 0.2}, {"number": 2}], ids=["more-samples", "warm-up", "batched"]
+)
 def test_asv_asking_for_more_calls_than_samples_fails_loudly(tmp_path, fake_sweeps, override):
     idx = next(i for i, p in enumerate(SWEEP.points()) if p["mode"] == "block")  # 20 samples
     with pytest.raises(RuntimeError, match="refusing to repeat samples"):
@@ -169,10 +177,18 @@ def test_measure_sweep_keeps_samples_and_method_per_point(monkeypatch, run_scrat
                 elif u.point["mode"] == "standard" and name == "fast":
                     record = {"status": "crashed", "reason": "CUDA error: an illegal memory access"}
                 else:
-                    record = {"status": "ok", "samples": [3e-6 * (i + 1), 1e-6 * (i + 1), 2e-6 * (i + 1)],
-                              "median": 2e-6 * (i + 1), "bytes": 123, "method": "cuda-graph", "l2": options.l2,
-                              "calls_per_sample": options.calls_per_sample, "input_copies": 4,
-                              "capture_error": None, "semantics": "same draws"}  # fmt: skip
+                    record = {
+                        "status": "ok",
+                        "samples": [3e-6 * (i + 1), 1e-6 * (i + 1), 2e-6 * (i + 1)],
+                        "median": 2e-6 * (i + 1),
+                        "bytes": 123,
+                        "method": "cuda-graph",
+                        "l2": options.l2,
+                        "calls_per_sample": options.calls_per_sample,
+                        "input_copies": 4,
+                        "capture_error": None,
+                        "semantics": "same draws",
+                    }
                 outcome.records[u.key][name] = record
         return outcome
 
@@ -224,19 +240,44 @@ def test_real_asv_run_records_the_stored_samples(tmp_path):
     scratch.mkdir()
     stored = fake_measurement(SWEEP, seed=1)
     (scratch / f"{SWEEP.class_name}.pkl").write_bytes(pickle.dumps(stored))
-    conf = write_config(REPO, tmp_path / "asv.conf.json", benchmark_dir=REPO / "benchmarks",
-                        results_dir=tmp_path / "results", html_dir=tmp_path / "html")  # fmt: skip
+    conf = write_config(
+        REPO,
+        tmp_path / "asv.conf.json",
+        benchmark_dir=REPO / "benchmarks",
+        results_dir=tmp_path / "results",
+        html_dir=tmp_path / "html",
+    )
     ensure_machine("ci", conf)
     path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
     env = dict(os.environ, ASV_PYTHONPATH=path, PYTHONPATH=path, SPECSAMPLE_RUN_ID=run_id, TMPDIR=str(tmp_path))
-    commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True,
-                            check=True).stdout.strip()  # fmt: skip
+    commit = subprocess.run(
+        ["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True, check=True
+    ).stdout.strip()
     proc = subprocess.run(
-        [sys.executable, "-m", "asv", "run", "--config", str(conf), "--machine", "ci", "-E",
-         f"existing:{sys.executable}", "--set-commit-hash", commit, "--record-samples", "--show-stderr",
-         "--bench", f"^{re.escape(LATENCY)}"],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "asv",
+            "run",
+            "--config",
+            str(conf),
+            "--machine",
+            "ci",
+            "-E",
+            f"existing:{sys.executable}",
+            "--set-commit-hash",
+            commit,
+            "--record-samples",
+            "--show-stderr",
+            "--bench",
+            f"^{re.escape(LATENCY)}",
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     (result_file,) = (tmp_path / "results" / "ci").glob(f"{commit[:8]}-*.json")
     results = Results.load(str(result_file))

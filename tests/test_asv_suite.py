@@ -36,12 +36,17 @@ def _env() -> dict:
 
 
 def test_asv_check_passes():
-    subprocess.run([sys.executable, "-m", "asv", "machine", "--yes", "--machine", "ci"], check=True, cwd=REPO,
-                   capture_output=True)  # fmt: skip
+    subprocess.run(
+        [sys.executable, "-m", "asv", "machine", "--yes", "--machine", "ci"], check=True, cwd=REPO, capture_output=True
+    )
     proc = subprocess.run(
         [sys.executable, "-m", "asv", "check", "-E", f"existing:{sys.executable}"],
-        cwd=REPO, env=_env(), capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+        cwd=REPO,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "No problems found" in proc.stdout
 
@@ -50,8 +55,9 @@ def test_smoke_tier_runs_and_loads(tmp_path, monkeypatch):
     """``specsample bench --tier smoke`` machinery: asv run in the existing environment, staged
     results promoted into a results dir, GPU info written, and the loader reads them back."""
     monkeypatch.setenv("TRITON_INTERPRET", INTERPRET)
-    commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True,
-                            check=True).stdout.strip()  # fmt: skip
+    commit = subprocess.run(
+        ["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True, check=True
+    ).stdout.strip()
     results = tmp_path / "results"
     written = run_tier("smoke", repo=REPO, results_dir=results, machine="ci", commit=commit, log=lambda _: None)
     assert any(p.name.startswith(commit[:8]) and p.suffix == ".json" for p in written)

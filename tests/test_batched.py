@@ -48,10 +48,21 @@ def _assert_same(inputs: dict, device: str, **kwargs) -> tuple[torch.Tensor, tor
 
 def _workload(mode: str, draft: str, seed: int, **kw) -> Workload:
     pattern = PATTERNS[seed % len(PATTERNS)]
-    base = dict(num_reqs=24, num_speculative_steps=4, vocab_size=257, mode=mode, draft=draft,
-                placeholder_density=0.3, placeholder_pattern=pattern, ragged=seed % 2 == 1,
-                greedy_fraction=0.0 if mode == "greedy" else 0.3, temperature=0.7 if seed % 2 else 1.0,
-                agreement=0.9, max_num_reqs=29, seed=100 + seed)  # fmt: skip
+    base = dict(
+        num_reqs=24,
+        num_speculative_steps=4,
+        vocab_size=257,
+        mode=mode,
+        draft=draft,
+        placeholder_density=0.3,
+        placeholder_pattern=pattern,
+        ragged=seed % 2 == 1,
+        greedy_fraction=0.0 if mode == "greedy" else 0.3,
+        temperature=0.7 if seed % 2 else 1.0,
+        agreement=0.9,
+        max_num_reqs=29,
+        seed=100 + seed,
+    )
     return Workload(**{**base, **kw})
 
 
@@ -89,8 +100,16 @@ def test_matches_reference_low_precision(device, mode, target_dtype, draft_dtype
 def test_matches_reference_odd_shapes(device, num_reqs, k, vocab):
     for mode in MODES:
         for draft in DRAFTS:
-            w = _workload(mode, draft, num_reqs, num_reqs=num_reqs, num_speculative_steps=k, vocab_size=vocab,
-                          max_num_reqs=None, ragged=False)  # fmt: skip
+            w = _workload(
+                mode,
+                draft,
+                num_reqs,
+                num_reqs=num_reqs,
+                num_speculative_steps=k,
+                vocab_size=vocab,
+                max_num_reqs=None,
+                ragged=False,
+            )
             _assert_same(make_inputs(w, device=device), device)
 
 

@@ -17,17 +17,24 @@ from specsample.track.results import load_results, to_frame
 L = 100e-6  # seconds
 
 
-def _series(levels, *, metric="time_sample", subject="mrv2", mode="standard", num_reqs=128,
-            iqr=None, seed=0, sweep="Batch") -> list[dict]:  # fmt: skip
+def _series(
+    levels, *, metric="time_sample", subject="mrv2", mode="standard", num_reqs=128, iqr=None, seed=0, sweep="Batch"
+) -> list[dict]:
     """One point's rows over ``len(levels)`` commits, one a day; ``levels`` are latencies in
     seconds; ``iqr`` replaces the samples' quartiles by value * (1 -/+ iqr / 2)."""
     rng = np.random.default_rng(seed)
     rows = []
     for c, level in enumerate(levels):
-        row = sr.row(commit=sr.commit_hash(f"c{c}"), tier="nightly", sweep=sweep, metric=metric,
-                     date=pd.Timestamp("2026-11-01", tz="UTC") + pd.Timedelta(days=c),
-                     point={"subject": subject, "mode": mode, "num_reqs": num_reqs},
-                     seconds=level, rng=rng)  # fmt: skip
+        row = sr.row(
+            commit=sr.commit_hash(f"c{c}"),
+            tier="nightly",
+            sweep=sweep,
+            metric=metric,
+            date=pd.Timestamp("2026-11-01", tz="UTC") + pd.Timedelta(days=c),
+            point={"subject": subject, "mode": mode, "num_reqs": num_reqs},
+            seconds=level,
+            rng=rng,
+        )
         if iqr is not None:
             row["q25"], row["q75"] = row["value"] * (1 - iqr / 2), row["value"] * (1 + iqr / 2)
         rows.append(row)

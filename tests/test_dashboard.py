@@ -29,11 +29,15 @@ REPO = Path(__file__).resolve().parents[1]
 MODE_ORDER = ("greedy", "standard", "block")
 MAX_SITE_BYTES = 3 * 1024 * 1024
 PROVENANCE = {
-    "vllm==0.28.0": {"kind": "vllm-release", "release": "0.28.0", "wheel": "vllm-0.28.0-cp38-abi3.whl",
-                     "wheel_sha256": "ab" * 32,
-                     "files": {"vllm/v1/worker/gpu/spec_decode/rejection_sampler_utils.py": "cd" * 32}},
+    "vllm==0.28.0": {
+        "kind": "vllm-release",
+        "release": "0.28.0",
+        "wheel": "vllm-0.28.0-cp38-abi3.whl",
+        "wheel_sha256": "ab" * 32,
+        "files": {"vllm/v1/worker/gpu/spec_decode/rejection_sampler_utils.py": "cd" * 32},
+    },
     "mrv2": {"kind": "ours", "module": "specsample.kernels.mrv2"},
-}  # fmt: skip
+}
 
 
 @pytest.fixture(scope="module")
@@ -245,8 +249,11 @@ def test_no_claimed_band_and_the_measured_release_change_in_the_placeholder_pane
 
 def test_without_release_results_the_panel_draws_no_reference(df):
     ours = df[~df["subject"].str.startswith("vllm")]
-    captions = page.section_captions(data=ours, placeholder_change=select.placeholder_change(select.release_rows(ours)),
-                                     release_rows=select.release_rows(ours))  # fmt: skip
+    captions = page.section_captions(
+        data=ours,
+        placeholder_change=select.placeholder_change(select.release_rows(ours)),
+        release_rows=select.release_rows(ours),
+    )
     assert "No reference drawn" in captions["placeholder-panel"]
     [(_, fig)] = render_figure(_spec("placeholder"), ours)
     assert all("measured vLLM" not in line.get_label() for ax in fig.axes for line in ax.lines)

@@ -221,8 +221,9 @@ def _png_size(path: Path) -> tuple[int, int]:
     return struct.unpack(">II", header[16:24])
 
 
-def _assert_site_loaded(check: dict, site: Path, protocol: str, page_name: str = CHECK_PAGE,
-                        panel: bool = True) -> None:  # fmt: skip
+def _assert_site_loaded(
+    check: dict, site: Path, protocol: str, page_name: str = CHECK_PAGE, panel: bool = True
+) -> None:
     assert check["protocol"] == protocol
     if panel:
         assert check["panel"], 'no element with id="placeholder-panel" in the loaded page'

@@ -298,7 +298,9 @@ def test_synthetic_acceptance_rates(device, sampler, temperature):
     for i, target in enumerate(u):
         observed = float((run.accepted >= i + 1).double().mean())
         lo, hi = binomial_interval(n, target)
-        assert lo <= observed <= hi, f"P(accepted >= {i + 1}) = {observed:.4f} not in [{lo:.4f}, {hi:.4f}] (u = {target}, n = {n})"
+        assert lo <= observed <= hi, (
+            f"P(accepted >= {i + 1}) = {observed:.4f} not in [{lo:.4f}, {hi:.4f}] (u = {target}, n = {n})"
+        )
 
 
 @pytest.mark.parametrize("num_placeholders", [1, 2])

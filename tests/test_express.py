@@ -199,8 +199,17 @@ CASES = [
     ids=[f"{m}-{d}-{p}{x}-{'-'.join(sorted(e))}".rstrip("-") for m, d, p, x, e in CASES],
 )
 def test_kernel_matches_reference(device, mode, draft, pattern, density, extra):
-    w = Workload(num_reqs=R, num_speculative_steps=K, vocab_size=V, mode=mode, draft=draft,
-                 placeholder_pattern=pattern, placeholder_density=density, seed=11, **extra)  # fmt: skip
+    w = Workload(
+        num_reqs=R,
+        num_speculative_steps=K,
+        vocab_size=V,
+        mode=mode,
+        draft=draft,
+        placeholder_pattern=pattern,
+        placeholder_density=density,
+        seed=11,
+        **extra,
+    )
     _check(make_inputs(w, device=device))
 
 
@@ -215,8 +224,16 @@ def _mixed_temperatures(inputs: dict, seed: int) -> dict:
 
 @pytest.mark.parametrize("mode", ["standard", "block", "synthetic"])
 def test_mixed_temperatures_shifted_positions_any_seeds(device, mode):
-    w = Workload(num_reqs=R, num_speculative_steps=K, vocab_size=V, mode=mode, placeholder_pattern="random",
-                 placeholder_density=0.3, greedy_fraction=0.25, seed=12)  # fmt: skip
+    w = Workload(
+        num_reqs=R,
+        num_speculative_steps=K,
+        vocab_size=V,
+        mode=mode,
+        placeholder_pattern="random",
+        placeholder_density=0.3,
+        greedy_fraction=0.25,
+        seed=12,
+    )
     inputs = _mixed_temperatures(make_inputs(w, device=device), 12)
     inputs["pos"] = inputs["pos"].to(torch.int64) + (2**32 - 5)  # past 2**31: wraps as the int32 counter
     g = torch.Generator().manual_seed(13)
@@ -240,8 +257,17 @@ VOCAB_CASES = [
     "vocab,num_reqs,k,mode,draft", VOCAB_CASES, ids=[f"V{c[0]}-R{c[1]}-K{c[2]}-{c[3]}-{c[4]}" for c in VOCAB_CASES]
 )
 def test_awkward_vocab_sizes_match_reference(device, vocab, num_reqs, k, mode, draft):
-    w = Workload(num_reqs=num_reqs, num_speculative_steps=k, vocab_size=vocab, mode=mode, draft=draft,
-                 placeholder_pattern="random", placeholder_density=0.25, agreement=0.5, seed=vocab % 97)  # fmt: skip
+    w = Workload(
+        num_reqs=num_reqs,
+        num_speculative_steps=k,
+        vocab_size=vocab,
+        mode=mode,
+        draft=draft,
+        placeholder_pattern="random",
+        placeholder_density=0.25,
+        agreement=0.5,
+        seed=vocab % 97,
+    )
     _check(make_inputs(w, device=device))
 
 
@@ -274,8 +300,17 @@ def test_acceptance_is_mrv2s(mode, draft):
     """Same acceptance uniforms and tests as mrv2 (compared in fp64 instead of fp32): the same
     accepted counts on the same inputs, and in greedy mode the same tokens (references; the
     kernels equal their references above)."""
-    w = Workload(num_reqs=24, num_speculative_steps=4, vocab_size=3000, mode=mode, draft=draft,
-                 placeholder_pattern="random", placeholder_density=0.2, greedy_fraction=0.25, seed=16)  # fmt: skip
+    w = Workload(
+        num_reqs=24,
+        num_speculative_steps=4,
+        vocab_size=3000,
+        mode=mode,
+        draft=draft,
+        placeholder_pattern="random",
+        placeholder_density=0.2,
+        greedy_fraction=0.25,
+        seed=16,
+    )
     inputs = make_inputs(w)
     ours = ref.rejection_sample(**inputs)
     theirs = mrv2_ref.rejection_sample(**inputs)
@@ -345,8 +380,19 @@ def _pad(inputs: dict, extra_requests: int = 2) -> dict:
 
 
 def _layout_batch(device: str, mode: str, draft: str) -> dict:
-    w = Workload(num_reqs=6, num_speculative_steps=K, vocab_size=V, mode=mode, draft=draft, placeholder_pattern="random",
-                 placeholder_density=0.25, greedy_fraction=0.2, ragged=True, max_num_reqs=8, seed=21)  # fmt: skip
+    w = Workload(
+        num_reqs=6,
+        num_speculative_steps=K,
+        vocab_size=V,
+        mode=mode,
+        draft=draft,
+        placeholder_pattern="random",
+        placeholder_density=0.25,
+        greedy_fraction=0.2,
+        ragged=True,
+        max_num_reqs=8,
+        seed=21,
+    )
     return _mixed_temperatures(make_inputs(w, device=device), 21)
 
 
@@ -395,21 +441,41 @@ def test_configuration_changes_no_draw(device, draft):
     """The launch geometry (the only thing R selects) never changes a token: V = 8193 is five
     sampling blocks, so stats programs of 1, 2, 4 and 8 blocks cut it differently; the insert is
     fused into the resample kernel or not."""
-    w = Workload(num_reqs=3, num_speculative_steps=2, vocab_size=8193, mode="block", draft=draft,
-                 placeholder_pattern="random", placeholder_density=0.2, greedy_fraction=0.3, seed=22)  # fmt: skip
+    w = Workload(
+        num_reqs=3,
+        num_speculative_steps=2,
+        vocab_size=8193,
+        mode="block",
+        draft=draft,
+        placeholder_pattern="random",
+        placeholder_density=0.2,
+        greedy_fraction=0.3,
+        seed=22,
+    )
     inputs = make_inputs(w, device=device)
     outs = {name: emitted(*express.launch(**inputs, config=c)) for name, c in CONFIGS.items()}
     for name, tokens in outs.items():
         assert tokens == outs["small"], name
 
 
-@pytest.mark.parametrize("mode,draft", [("greedy", "logits"), ("standard", "logits"), ("standard", "one-hot"),
-                                        ("synthetic", "logits")])  # fmt: skip
+@pytest.mark.parametrize(
+    "mode,draft", [("greedy", "logits"), ("standard", "logits"), ("standard", "one-hot"), ("synthetic", "logits")]
+)
 def test_large_batch_config_matches_reference(device, mode, draft):
     """The insert kernel (the large-batch configuration) on the small batches the other tests
     run with the fused insert."""
-    w = Workload(num_reqs=R, num_speculative_steps=K, vocab_size=V, mode=mode, draft=draft, placeholder_pattern="random",
-                 placeholder_density=0.3, greedy_fraction=0.25, ragged=True, seed=23)  # fmt: skip
+    w = Workload(
+        num_reqs=R,
+        num_speculative_steps=K,
+        vocab_size=V,
+        mode=mode,
+        draft=draft,
+        placeholder_pattern="random",
+        placeholder_density=0.3,
+        greedy_fraction=0.25,
+        ragged=True,
+        seed=23,
+    )
     _check(make_inputs(w, device=device), config=express.LARGE_BATCH_CONFIG)
 
 
@@ -435,8 +501,16 @@ def test_default_config_follows_the_batch_size():
 @pytest.mark.parametrize("mode,draft", [("block", "logits"), ("standard", "one-hot"), ("greedy", "logits")])
 def test_truncation_invariant(device, mode, draft):
     """m valid drafts then -1s give exactly the output of the request cut to m drafts."""
-    w = Workload(num_reqs=R, num_speculative_steps=K, vocab_size=V, mode=mode, draft=draft,
-                 placeholder_pattern="random", placeholder_density=0.4, seed=3)  # fmt: skip
+    w = Workload(
+        num_reqs=R,
+        num_speculative_steps=K,
+        vocab_size=V,
+        mode=mode,
+        draft=draft,
+        placeholder_pattern="random",
+        placeholder_density=0.4,
+        seed=3,
+    )
     inputs = make_inputs(w, device=device)
     assert any(m < K for m in first_placeholder(inputs)), "workload has no placeholder"
     assert emitted(*rejection_sample_express(**inputs)) == emitted(
@@ -447,8 +521,16 @@ def test_truncation_invariant(device, mode, draft):
 @pytest.mark.parametrize("mode", ["greedy", "standard", "block", "synthetic"])
 @pytest.mark.parametrize("draft", ["logits", "one-hot"])
 def test_reference_truncation_invariant(mode, draft):
-    w = Workload(num_reqs=16, num_speculative_steps=4, vocab_size=3000, mode=mode, draft=draft,
-                 placeholder_pattern="random", placeholder_density=0.4, seed=4)  # fmt: skip
+    w = Workload(
+        num_reqs=16,
+        num_speculative_steps=4,
+        vocab_size=3000,
+        mode=mode,
+        draft=draft,
+        placeholder_pattern="random",
+        placeholder_density=0.4,
+        seed=4,
+    )
     inputs = make_inputs(w)
     assert emitted(*ref.rejection_sample(**inputs)) == emitted(
         *ref.rejection_sample(**truncate_at_placeholders(inputs))
@@ -821,8 +903,16 @@ def test_cuda_graph_capture_and_replay():
 @pytest.mark.parametrize("mode", ["greedy", "standard", "block"])
 @pytest.mark.parametrize("draft", ["logits", "one-hot"])
 def test_production_vocab_matches_reference(mode, draft):
-    w = Workload(num_reqs=128, num_speculative_steps=4, vocab_size=151936, mode=mode, draft=draft,
-                 placeholder_density=0.5, placeholder_pattern="trailing", seed=12)  # fmt: skip
+    w = Workload(
+        num_reqs=128,
+        num_speculative_steps=4,
+        vocab_size=151936,
+        mode=mode,
+        draft=draft,
+        placeholder_density=0.5,
+        placeholder_pattern="trailing",
+        seed=12,
+    )
     _check(make_inputs(w, device="cuda"))
 
 
@@ -831,8 +921,15 @@ def test_production_vocab_matches_reference(mode, draft):
 def test_large_index_matches_reference(mode):
     """N * V > 2**31 (V = 262144, N = 8200 rows): int64 offsets; the reference runs the last 40
     requests (their rows sit past 2**31 elements)."""
-    w = Workload(num_reqs=1640, num_speculative_steps=4, vocab_size=262144, mode=mode,
-                 placeholder_density=0.25, placeholder_pattern="random", seed=9)  # fmt: skip
+    w = Workload(
+        num_reqs=1640,
+        num_speculative_steps=4,
+        vocab_size=262144,
+        mode=mode,
+        placeholder_density=0.25,
+        placeholder_pattern="random",
+        seed=9,
+    )
     inputs = make_inputs(w, device="cuda")
     assert inputs["target_logits"].numel() > 2**31
     sampled, num_sampled = rejection_sample_express(**inputs)
@@ -844,8 +941,16 @@ def test_large_index_matches_reference(mode):
 def test_layout_independence_at_production_size():
     """R = 128 (the large-batch configuration) against chunks of 8 and 1 requests (the small
     one): the same tokens."""
-    w = Workload(num_reqs=128, num_speculative_steps=4, vocab_size=151936, mode="block", placeholder_density=0.25,
-                 placeholder_pattern="random", greedy_fraction=0.1, seed=18)  # fmt: skip
+    w = Workload(
+        num_reqs=128,
+        num_speculative_steps=4,
+        vocab_size=151936,
+        mode="block",
+        placeholder_density=0.25,
+        placeholder_pattern="random",
+        greedy_fraction=0.1,
+        seed=18,
+    )
     inputs = make_inputs(w, device="cuda")
     full = emitted(*rejection_sample_express(**inputs))
     chunks = []

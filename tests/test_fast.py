@@ -44,8 +44,16 @@ ROW_CONFIGS = {
 @pytest.mark.parametrize("config", ROW_CONFIGS.values(), ids=ROW_CONFIGS.keys())
 @pytest.mark.parametrize("mode", ["greedy", "standard", "block"])
 def test_stats_skip_rows_after_the_first_placeholder(device, mode, config):
-    w = Workload(num_reqs=16, num_speculative_steps=4, vocab_size=300, mode=mode, placeholder_pattern="random",
-                 placeholder_density=0.5, greedy_fraction=0.25 if mode != "greedy" else 1.0, seed=4)  # fmt: skip
+    w = Workload(
+        num_reqs=16,
+        num_speculative_steps=4,
+        vocab_size=300,
+        mode=mode,
+        placeholder_pattern="random",
+        placeholder_density=0.5,
+        greedy_fraction=0.25 if mode != "greedy" else 1.0,
+        seed=4,
+    )
     inputs = make_inputs(w, device=device)
     pipe = fast.Pipeline(**inputs, config=config)  # make_inputs sets use_block_verification from the mode
     pipe.target_local_max.fill_(float("nan"))  # sentinel: a row the kernel skips stays NaN
@@ -60,8 +68,16 @@ def test_stats_skip_rows_after_the_first_placeholder(device, mode, config):
 def test_residual_mass_only_for_rows_the_rejection_reads(device, config):
     """Block verification reads row j's residual mass only when d_1..d_{j+1} are real and
     j >= 1; no other row is written (greedy requests have none)."""
-    w = Workload(num_reqs=16, num_speculative_steps=4, vocab_size=300, mode="block", placeholder_pattern="random",
-                 placeholder_density=0.4, greedy_fraction=0.25, seed=5)  # fmt: skip
+    w = Workload(
+        num_reqs=16,
+        num_speculative_steps=4,
+        vocab_size=300,
+        mode="block",
+        placeholder_pattern="random",
+        placeholder_density=0.4,
+        greedy_fraction=0.25,
+        seed=5,
+    )
     inputs = make_inputs(w, device=device)
     pipe = fast.Pipeline(**inputs, config=config)
     pipe.local_residual_mass.fill_(float("nan"))
@@ -72,7 +88,9 @@ def test_residual_mass_only_for_rows_the_rejection_reads(device, config):
     written = {i for i, row in enumerate(pipe.local_residual_mass.isnan().all(dim=1).tolist()) if not row}
     cu = inputs["cu_num_logits"].tolist()
     temperature = inputs["temperature"][inputs["idx_mapping"].long()].tolist()
-    expected = {cu[r] + j for r, m in enumerate(first_placeholder(inputs)) if temperature[r] != 0.0 for j in range(1, m)}
+    expected = {
+        cu[r] + j for r, m in enumerate(first_placeholder(inputs)) if temperature[r] != 0.0 for j in range(1, m)
+    }
     assert written == expected
     assert 0 < len(expected) < 16 * 3  # the case skips real rows
     assert not pipe.local_residual_mass[sorted(expected)].isnan().any()  # every block of them
@@ -80,9 +98,17 @@ def test_residual_mass_only_for_rows_the_rejection_reads(device, config):
 
 def test_default_config_follows_the_batch_size(device):
     assert fast.default_config(1) == fast.default_config(fast.TINY_BATCH_BELOW - 1) == fast.TINY_BATCH_CONFIG
-    assert fast.default_config(fast.TINY_BATCH_BELOW) == fast.default_config(fast.SMALL_BATCH_BELOW - 1) == fast.SMALL_BATCH_CONFIG
+    assert (
+        fast.default_config(fast.TINY_BATCH_BELOW)
+        == fast.default_config(fast.SMALL_BATCH_BELOW - 1)
+        == fast.SMALL_BATCH_CONFIG
+    )
     assert fast.default_config(fast.SMALL_BATCH_BELOW) == fast.default_config(4096) == fast.LARGE_BATCH_CONFIG
-    cases = ((2, fast.TINY_BATCH_CONFIG), (5, fast.SMALL_BATCH_CONFIG), (fast.SMALL_BATCH_BELOW, fast.LARGE_BATCH_CONFIG))
+    cases = (
+        (2, fast.TINY_BATCH_CONFIG),
+        (5, fast.SMALL_BATCH_CONFIG),
+        (fast.SMALL_BATCH_BELOW, fast.LARGE_BATCH_CONFIG),
+    )
     for num_reqs, config in cases:
         inputs = make_inputs(Workload(num_reqs=num_reqs, num_speculative_steps=2, vocab_size=200), device=device)
         pipe = fast.Pipeline(**inputs)
@@ -102,15 +128,32 @@ def test_default_config_follows_the_batch_size(device):
         fast.Config(stats_block=128, stats_warps=2, early_draft_load=False),
         fast.Config(stats_block=256, stats_rows=4, early_draft_load=False),  # K=3: a 3/4-full tile
     ],
-    ids=["small-blocks", "narrow-stats", "rows2-speculative", "rows4", "resample-loop3", "fused-insert-loop2",
-         "late-draft", "rows4-late-draft"],
+    ids=[
+        "small-blocks",
+        "narrow-stats",
+        "rows2-speculative",
+        "rows4",
+        "resample-loop3",
+        "fused-insert-loop2",
+        "late-draft",
+        "rows4-late-draft",
+    ],
 )
-@pytest.mark.parametrize("mode,draft", [("greedy", "logits"), ("standard", "logits"), ("block", "logits"),
-                                        ("block", "one-hot")])  # fmt: skip
+@pytest.mark.parametrize(
+    "mode,draft", [("greedy", "logits"), ("standard", "logits"), ("block", "logits"), ("block", "one-hot")]
+)
 def test_block_size_configs_match_reference(device, config, mode, draft):
     """Non-default block sizes change the partials' layout (nb per row), not the result."""
-    w = Workload(num_reqs=8, num_speculative_steps=3, vocab_size=700, mode=mode, draft=draft,
-                 placeholder_pattern="random", placeholder_density=0.3, seed=7)  # fmt: skip
+    w = Workload(
+        num_reqs=8,
+        num_speculative_steps=3,
+        vocab_size=700,
+        mode=mode,
+        draft=draft,
+        placeholder_pattern="random",
+        placeholder_density=0.3,
+        seed=7,
+    )
     inputs = make_inputs(w, device=device)
     got = emitted(*rejection_sample_fast(**inputs, config=config))
     assert got == emitted(*reference.rejection_sample(**inputs))  # 8 requests: 0.1% of them is 0
@@ -118,8 +161,14 @@ def test_block_size_configs_match_reference(device, config, mode, draft):
 
 @pytest.mark.parametrize(
     "field,value",
-    [("stats_block", 1000), ("resample_block", 64), ("stats_warps", 3), ("resample_warps", 64), ("stats_rows", 3),
-     ("resample_loop", 0)],
+    [
+        ("stats_block", 1000),
+        ("resample_block", 64),
+        ("stats_warps", 3),
+        ("resample_warps", 64),
+        ("stats_rows", 3),
+        ("resample_loop", 0),
+    ],
 )
 def test_config_rejects_bad_values(field, value):
     with pytest.raises(ValueError, match=field):

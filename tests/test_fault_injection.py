@@ -37,8 +37,9 @@ needs_git = pytest.mark.skipif(shutil.which("git") is None, reason="asv needs gi
 
 
 def _head() -> str:
-    return subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True,
-                          check=True).stdout.strip()  # fmt: skip
+    return subprocess.run(
+        ["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True, check=True
+    ).stdout.strip()
 
 
 def _digests(root: Path, *, skip: tuple[str, ...] = (LOCK_NAME,)) -> dict[str, str]:
@@ -126,8 +127,12 @@ def _seed_same_commit_result(results: Path, commit: str) -> Path:
     source = next(REPO.glob("results/h200/*-*.json"))
     data = json.loads(source.read_text())
     env = _env_name()
-    data.update(commit_hash=commit, env_name=env, python=sys.executable,
-                params={**data["params"], "machine": MACHINE, "python": sys.executable})  # fmt: skip
+    data.update(
+        commit_hash=commit,
+        env_name=env,
+        python=sys.executable,
+        params={**data["params"], "machine": MACHINE, "python": sys.executable},
+    )
     path = results / MACHINE / f"{commit[:8]}-{env}.json"
     path.parent.mkdir(parents=True)
     path.write_text(json.dumps(data))
@@ -163,9 +168,14 @@ def test_run_killed_while_asv_runs_leaves_earlier_results_intact_and_next_run_me
         path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
         env = dict(os.environ, TMPDIR=str(scratch), PYTHONPATH=path, TRITON_INTERPRET="1")
         log = (tmp_path / "killed-run.log").open("w")
-        proc = subprocess.Popen([sys.executable, "-c", KILLED_RUN, str(REPO), str(results), MACHINE, commit],
-                                env=env, cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=True)  # fmt: skip
+        proc = subprocess.Popen(
+            [sys.executable, "-c", KILLED_RUN, str(REPO), str(results), MACHINE, commit],
+            env=env,
+            cwd=tmp_path,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         try:
             # asv writes benchmarks.json into staging once discovery is done: it is now running
             # the benchmarks, with the seeded copy of our earlier result beside it.
@@ -194,8 +204,7 @@ def test_run_killed_while_asv_runs_leaves_earlier_results_intact_and_next_run_me
 
     # A normal run afterwards succeeds and merges into the same commit's file.
     with run_lock(results):
-        written = run_tier("smoke", repo=REPO, results_dir=results, machine=MACHINE, commit=commit,
-                           log=lambda _: None)  # fmt: skip
+        written = run_tier("smoke", repo=REPO, results_dir=results, machine=MACHINE, commit=commit, log=lambda _: None)
     assert seeded in written
     after = _digests(results)
     for name, digest in before.items():
@@ -227,8 +236,15 @@ def test_run_where_asv_dies_before_saving_raises_and_changes_nothing(tmp_path):
     fake.write_text(FAKE_PYTHON)
     fake.chmod(0o755)
     with pytest.raises(RunError, match=f"asv wrote no results for {commit[:8]}"):
-        run_tier("smoke", repo=REPO, results_dir=results, machine=MACHINE, commit=commit, python=str(fake),
-                 log=lambda _: None)  # fmt: skip
+        run_tier(
+            "smoke",
+            repo=REPO,
+            results_dir=results,
+            machine=MACHINE,
+            commit=commit,
+            python=str(fake),
+            log=lambda _: None,
+        )
     assert _digests(results) == before
     assert seeded.exists()
 
@@ -255,8 +271,13 @@ def _break_results(root: Path) -> tuple[dict[str, str], list[Path]]:
     wrong_shape.write_text(json.dumps(shape))
     empty = kept_a.with_name("00000000" + kept_a.name[8:])
     empty.write_bytes(b"")
-    broken = {truncated.name: "truncated", garbage.name: "garbage", newer.name: "version 3",
-              wrong_shape.name: "results is a list", empty.name: "empty"}  # fmt: skip
+    broken = {
+        truncated.name: "truncated",
+        garbage.name: "garbage",
+        newer.name: "version 3",
+        wrong_shape.name: "results is a list",
+        empty.name: "empty",
+    }
     return broken, [kept_a, kept_b]
 
 

@@ -54,9 +54,18 @@ _COMMON = dict(deadline=None, derandomize=True, database=None, suppress_health_c
 FLOAT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 INDEX_ARGS = ("draft_sampled", "cu_num_logits", "pos", "idx_mapping", "expanded_idx_mapping", "expanded_local_pos")
 TENSOR_ARGS = (
-    "target_logits", "draft_logits", "draft_sampled", "cu_num_logits", "pos", "idx_mapping",
-    "expanded_idx_mapping", "expanded_local_pos", "temperature", "seed", "synthetic_conditional_rates",
-)  # fmt: skip
+    "target_logits",
+    "draft_logits",
+    "draft_sampled",
+    "cu_num_logits",
+    "pos",
+    "idx_mapping",
+    "expanded_idx_mapping",
+    "expanded_local_pos",
+    "temperature",
+    "seed",
+    "synthetic_conditional_rates",
+)
 
 
 # ---- strategies ----------------------------------------------------------------------------------
@@ -203,7 +212,9 @@ def check_against_reference(inputs: dict, sample=rejection_sample) -> None:
         assert out[:-1] == tokens[start + 1 : start + len(out)], (r, out)  # accepted = own drafts
 
     exact = [r for r in range(num_reqs) if greedy[r] and got[r] != want[r]]
-    assert not exact, f"greedy requests {exact}: kernel {[got[r] for r in exact]} != reference {[want[r] for r in exact]}"
+    assert not exact, (
+        f"greedy requests {exact}: kernel {[got[r] for r in exact]} != reference {[want[r] for r in exact]}"
+    )
     random = [r for r in range(num_reqs) if not greedy[r] and got[r] != want[r]]
     assert len(random) <= 0.001 * num_reqs, (
         f"random requests {random}: kernel {[got[r] for r in random]} != reference {[want[r] for r in random]}"
@@ -228,7 +239,9 @@ def _assert_rejected(entry: str, inputs: dict, blame: set[str], contains: str | 
             ENTRY_POINTS[entry](**inputs)
     message = str(info.value)
     name = message.split(":", 1)[0]
-    assert name in blame and message.startswith(f"{name}: "), f"blamed {name!r}, expected one of {sorted(blame)}: {message}"
+    assert name in blame and message.startswith(f"{name}: "), (
+        f"blamed {name!r}, expected one of {sorted(blame)}: {message}"
+    )
     if contains is not None:
         assert contains in message, message
     assert tripwire.calls == 0
@@ -373,8 +386,12 @@ def _wrong_ndim(inp, w, data):
     x = inp[name]
     ops = ["unsqueeze-front", "unsqueeze-back"] + (["flatten"] if x.ndim > 1 else ["scalar"] if x.numel() else [])
     op = data.draw(st.sampled_from(ops), label="op")
-    inp[name] = {"unsqueeze-front": lambda: x[None], "unsqueeze-back": lambda: x[..., None],
-                 "flatten": lambda: x.flatten(), "scalar": lambda: x[0]}[op]()  # fmt: skip
+    inp[name] = {
+        "unsqueeze-front": lambda: x[None],
+        "unsqueeze-back": lambda: x[..., None],
+        "flatten": lambda: x.flatten(),
+        "scalar": lambda: x[0],
+    }[op]()
     return {name}
 
 
@@ -493,9 +510,18 @@ def _other_num_steps(inp, w, data):
 
 
 LAYOUT_MUTATIONS = [
-    _wrong_dtype, _wrong_ndim, _wrong_length, _not_contiguous, _last_stride, _empty_vocab,
-    _other_device, _not_a_tensor, _bad_flag, _bad_num_steps, _other_num_steps,
-]  # fmt: skip
+    _wrong_dtype,
+    _wrong_ndim,
+    _wrong_length,
+    _not_contiguous,
+    _last_stride,
+    _empty_vocab,
+    _other_device,
+    _not_a_tensor,
+    _bad_flag,
+    _bad_num_steps,
+    _other_num_steps,
+]
 
 
 @settings(max_examples=INVALID_EXAMPLES, **_COMMON)
@@ -536,10 +562,14 @@ def _bool_k(inp: dict) -> None:
 
 @pytest.mark.parametrize(
     "mutate,blame",
-    [(_strided_draft_sampled, "draft_sampled"), (_broadcast_temperature, "temperature"),
-     (_no_vocab, "target_logits"), (_bool_k, "num_speculative_steps")],
+    [
+        (_strided_draft_sampled, "draft_sampled"),
+        (_broadcast_temperature, "temperature"),
+        (_no_vocab, "target_logits"),
+        (_bool_k, "num_speculative_steps"),
+    ],
     ids=["strided-draft_sampled", "broadcast-temperature", "empty-vocab", "bool-K"],
-)  # fmt: skip
+)
 @pytest.mark.parametrize("entry", sorted(ENTRY_POINTS))
 def test_fuzz_findings_rejected(device, entry, mutate, blame):
     inputs = make_inputs(Workload(num_reqs=3, num_speculative_steps=1, vocab_size=17, seed=1), device=device)

@@ -155,9 +155,17 @@ def test_cli_signoff_of_a_tier_other_than_smoke_needs_a_gpu(repo, capsys, monkey
 
 def test_a_a_signoff_of_a_commit_against_itself_passes(repo):
     lines = []
-    result = paired.signoff_commits(repo["path"], repo["base"], repo["base"], tier="smoke", subjects=["mrv2"],
-                                    only={"mode": ["greedy"]}, samples=7, **{**CPU, "log": lines.append},
-                                    **LENIENT)  # fmt: skip
+    result = paired.signoff_commits(
+        repo["path"],
+        repo["base"],
+        repo["base"],
+        tier="smoke",
+        subjects=["mrv2"],
+        only={"mode": ["greedy"]},
+        samples=7,
+        **{**CPU, "log": lines.append},
+        **LENIENT,
+    )
     assert result.base == result.head == repo["base"] and result.exit_code == 0, result.report
     frame = result.frame
     assert list(frame.columns) == list(COLUMNS) and {c: str(t) for c, t in frame.dtypes.items()} == COLUMNS
@@ -182,8 +190,17 @@ def test_a_a_signoff_of_a_commit_against_itself_passes(repo):
 def test_a_planted_commit_is_reported_at_its_touched_points_only(repo):
     """PLANTED_BALLAST_ITERS raised in a commit: mrv2's block point with draft logits (the
     residual-mass kernel) regresses; its greedy point, measured in the same run, does not."""
-    result = paired.signoff_commits(repo["path"], repo["base"], repo["planted"], tier="smoke", subjects=["mrv2"],
-                                    only={"placeholder_density": [0.0]}, samples=8, **CPU, **LENIENT)  # fmt: skip
+    result = paired.signoff_commits(
+        repo["path"],
+        repo["base"],
+        repo["planted"],
+        tier="smoke",
+        subjects=["mrv2"],
+        only={"placeholder_density": [0.0]},
+        samples=8,
+        **CPU,
+        **LENIENT,
+    )
     by_mode = result.verdicts.set_index("mode")
     assert by_mode.verdict.to_dict() == {"greedy": "unchanged", "block": "regression"}, result.report
     assert by_mode.ratio["block"] > 1.5 and by_mode.head_commit["block"] == repo["planted"]
@@ -199,9 +216,27 @@ def test_crashed_sides_semantics_violations_and_missing_subjects_exit_2(repo, mo
     placeholders, and head has no mrv2-pre50939 (its points are one-sided, not measured)."""
     monkeypatch.chdir(repo["path"])
     out = tmp_path / "report.md"
-    code = main(["signoff", repo["base"][:10], repo["broken"][:10], "--tier", "smoke", "--subject", "mrv2",
-                 "--subject", "mrv2-pre50939", "--samples", "3", "--min-effect", "1.0", "--min-abs-us", "0",
-                 "--report", str(out)])  # fmt: skip
+    code = main(
+        [
+            "signoff",
+            repo["base"][:10],
+            repo["broken"][:10],
+            "--tier",
+            "smoke",
+            "--subject",
+            "mrv2",
+            "--subject",
+            "mrv2-pre50939",
+            "--samples",
+            "3",
+            "--min-effect",
+            "1.0",
+            "--min-abs-us",
+            "0",
+            "--report",
+            str(out),
+        ]
+    )
     printed = capsys.readouterr()
     text = out.read_text()
     assert code == 2, text
@@ -226,8 +261,14 @@ def test_crashed_sides_semantics_violations_and_missing_subjects_exit_2(repo, mo
 def test_allow_missing_passes_one_sided_points_and_lists_them(repo):
     """The broken head at its one point that is fine (greedy, no placeholders) and the
     replica's points it no longer has: strict exit 2, allowed exit 0, listed either way."""
-    common = dict(tier="smoke", subjects=["mrv2", "mrv2-pre50939"],
-                  only={"mode": ["greedy"], "placeholder_density": [0.0]}, samples=3, **CPU, **LENIENT)  # fmt: skip
+    common = dict(
+        tier="smoke",
+        subjects=["mrv2", "mrv2-pre50939"],
+        only={"mode": ["greedy"], "placeholder_density": [0.0]},
+        samples=3,
+        **CPU,
+        **LENIENT,
+    )
     allowed = paired.signoff_commits(repo["path"], repo["base"], repo["broken"], allow_missing=True, **common)
     assert allowed.verdicts.set_index("subject").verdict.to_dict() == {"mrv2": "unchanged", "mrv2-pre50939": "missing"}
     assert allowed.exit_code == 0 and signoff.exit_code(allowed.verdicts) == 2
@@ -242,8 +283,9 @@ def test_allow_missing_passes_one_sided_points_and_lists_them(repo):
 def test_signoff_of_two_subjects_pairs_them_at_the_template_points():
     """Subject against subject (what vllm==A vs vllm==B runs), here two of ours that draw the same
     random numbers: the points are the tier's mrv2 points, the subject column names each side."""
-    result = paired.signoff_subjects("mrv2", "fast", tier="smoke", only={"mode": ["greedy"]}, samples=3, **CPU,
-                                     **LENIENT)  # fmt: skip
+    result = paired.signoff_subjects(
+        "mrv2", "fast", tier="smoke", only={"mode": ["greedy"]}, samples=3, **CPU, **LENIENT
+    )
     base_rows, head_rows = paired.split_sides(result.frame)
     assert list(base_rows.subject) == ["mrv2", "mrv2"] and list(head_rows.subject) == ["fast", "fast"]
     assert base_rows.commit.isna().all() and set(result.frame.semantics) == {"same draws"}
@@ -288,7 +330,19 @@ def test_variants_compares_the_newest_commit_with_both_and_is_strict_about_missi
     capsys.readouterr()
     code = main(["signoff", "--variants", "mrv2-pre50939", "mrv2", "--results", str(RESULTS), "--allow-missing"])
     assert code == 0 and "**PASS** (exit 0)" in capsys.readouterr().out
-    code = main(["signoff", "--variants", "mrv2-pre50939", "mrv2", "--results", str(RESULTS), "--sweep", "Batch",
-                 "--commit", "5618cc2b"])  # fmt: skip
+    code = main(
+        [
+            "signoff",
+            "--variants",
+            "mrv2-pre50939",
+            "mrv2",
+            "--results",
+            str(RESULTS),
+            "--sweep",
+            "Batch",
+            "--commit",
+            "5618cc2b",
+        ]
+    )
     printed = capsys.readouterr().out
     assert code == 0 and "at `5618cc2b`" in printed and "given by --commit" in printed

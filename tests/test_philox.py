@@ -59,8 +59,24 @@ def _offsets_i64() -> torch.Tensor:
 
 def _edge_words() -> torch.Tensor:
     """uint32 words (as int32 bit patterns) at the edges of the int -> float conversion."""
-    words = [0, 1, 2, 0x7FFFFFFF, 0x7FFFFFC0, 0x7FFFFFBF, 0x7FFFFF80, 0x40000000, 0x00FFFFFF,
-             0x01000001, 0x80000000, 0x80000001, 0x8000003F, 0x80000040, 0xFFFFFFFF, 0xFFFFFFFE]
+    words = [
+        0,
+        1,
+        2,
+        0x7FFFFFFF,
+        0x7FFFFFC0,
+        0x7FFFFFBF,
+        0x7FFFFF80,
+        0x40000000,
+        0x00FFFFFF,
+        0x01000001,
+        0x80000000,
+        0x80000001,
+        0x8000003F,
+        0x80000040,
+        0xFFFFFFFF,
+        0xFFFFFFFE,
+    ]
     w = torch.tensor(words, dtype=torch.int64)
     return torch.where(w >= 2**31, w - 2**32, w).to(torch.int32)
 
@@ -132,8 +148,7 @@ def _run_triton(device: str = "cpu") -> dict[str, torch.Tensor]:
         r_f32 = torch.empty(len(SEEDS), BLOCK, dtype=torch.float32, device=device)
         r_f64 = torch.empty(len(SEEDS), BLOCK, dtype=torch.float64, device=device)
         _philox_kernel[(len(SEEDS),)](seeds, offs.to(device), words, r_int, r_f32, r_f64, BLOCK=BLOCK)
-        out.update({f"words_{name}": words, f"randint_{name}": r_int, f"rand_{name}": r_f32,
-                    f"rand64_{name}": r_f64})
+        out.update({f"words_{name}": words, f"randint_{name}": r_int, f"rand_{name}": r_f32, f"rand64_{name}": r_f64})
 
     words = _edge_words().to(device)
     uniform = torch.empty(words.numel(), dtype=torch.float32, device=device)
@@ -177,8 +192,7 @@ def triton_out(request, tmp_path_factory) -> dict[str, torch.Tensor]:
     path = tmp_path_factory.mktemp("rng") / "triton_out.pt"
     env = dict(os.environ, TRITON_INTERPRET="1")
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(_REPO_ROOT), env.get("PYTHONPATH")]))
-    proc = subprocess.run([sys.executable, __file__, str(path)], env=env, capture_output=True,
-                          text=True, timeout=300)
+    proc = subprocess.run([sys.executable, __file__, str(path)], env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-4000:]
     return torch.load(path)
 

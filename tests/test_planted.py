@@ -31,10 +31,24 @@ PLANTED_ITERS = 16
 
 # Block verification with draft logits: the residual-mass kernel runs (rows 1..K-1), also
 # around placeholders; two vocab blocks.
-BLOCK_LOGITS = Workload(num_reqs=3, num_speculative_steps=3, vocab_size=9000, mode="block", draft="logits",
-                        placeholder_density=0.25, placeholder_pattern="random")  # fmt: skip
-SMALL_BLOCK_LOGITS = Workload(num_reqs=4, num_speculative_steps=3, vocab_size=300, mode="block", draft="logits",
-                              placeholder_density=0.25, placeholder_pattern="random")  # fmt: skip
+BLOCK_LOGITS = Workload(
+    num_reqs=3,
+    num_speculative_steps=3,
+    vocab_size=9000,
+    mode="block",
+    draft="logits",
+    placeholder_density=0.25,
+    placeholder_pattern="random",
+)
+SMALL_BLOCK_LOGITS = Workload(
+    num_reqs=4,
+    num_speculative_steps=3,
+    vocab_size=300,
+    mode="block",
+    draft="logits",
+    placeholder_density=0.25,
+    placeholder_pattern="random",
+)
 
 
 def _emitted(sampled: torch.Tensor, num_sampled: torch.Tensor) -> list[list[int]]:
@@ -45,8 +59,11 @@ def _expected_ballast(pipe) -> tuple[np.ndarray, np.ndarray]:
     """What the kernel stores for each (row, block): the sum of acc = acc * 0.5 + 1 (ballast_iters
     times) from (block * BLOCK_V + j) + row, and which programs pay it (every ballast_every-th,
     by row + block)."""
-    acc = (np.arange(pipe.vocab_block_size, dtype=np.float64)[None, None, :] + np.arange(pipe.num_logits)[:, None, None]
-           + pipe.vocab_block_size * np.arange(pipe.num_blocks)[None, :, None])  # fmt: skip
+    acc = (
+        np.arange(pipe.vocab_block_size, dtype=np.float64)[None, None, :]
+        + np.arange(pipe.num_logits)[:, None, None]
+        + pipe.vocab_block_size * np.arange(pipe.num_blocks)[None, :, None]
+    )
     for _ in range(pipe.ballast_iters):
         acc = acc * 0.5 + 1.0
     paying = (np.arange(pipe.num_logits)[:, None] + np.arange(pipe.num_blocks)[None, :]) % pipe.ballast_every == 0
@@ -90,8 +107,9 @@ def test_pipeline_runs_the_ballast_in_the_residual_mass_kernel_only(device):
     # only block verification with draft logits runs that kernel: other modes never pay
     standard = make_inputs(Workload(num_reqs=3, num_speculative_steps=3, vocab_size=300), device=device)
     assert mrv2.Pipeline(**standard, ballast_iters=8).ballast_iters == 0
-    one_hot = make_inputs(Workload(num_reqs=3, num_speculative_steps=3, vocab_size=300, mode="block",
-                                   draft="one-hot"), device=device)  # fmt: skip
+    one_hot = make_inputs(
+        Workload(num_reqs=3, num_speculative_steps=3, vocab_size=300, mode="block", draft="one-hot"), device=device
+    )
     assert mrv2.Pipeline(**one_hot, ballast_iters=8).ballast_iters == 0
     # nor does fast, whose points are the validation's controls
     assert "fast" not in validate.PLANTED_SUBJECTS and getattr(fast.Pipeline(**inputs), "ballast_iters", 0) == 0
@@ -109,8 +127,11 @@ def test_a_planted_commit_changes_one_line_and_slows_exactly_the_planted_subject
     assert git(repo, "rev-parse", f"{sha}^") == base and git(repo, "rev-parse", "HEAD") == base
     assert git(repo, "branch", "--contains", sha) == "" and len(git(repo, "worktree", "list").splitlines()) == 1
     assert git(repo, "diff", "--name-only", base, sha) == validate.PLANTED_FILE
-    changed = [line for line in git(repo, "diff", "-U0", base, sha).splitlines()
-               if line[:1] in "+-" and not line.startswith(("+++", "---"))]  # fmt: skip
+    changed = [
+        line
+        for line in git(repo, "diff", "-U0", base, sha).splitlines()
+        if line[:1] in "+-" and not line.startswith(("+++", "---"))
+    ]
     assert changed == ["-PLANTED_BALLAST_ITERS = 0", f"+PLANTED_BALLAST_ITERS = {PLANTED_ITERS}"]
 
     checkout = commits.load_checkout(commits.extract(repo, sha), sha)
@@ -118,10 +139,14 @@ def test_a_planted_commit_changes_one_line_and_slows_exactly_the_planted_subject
     with checkout.active():
         registry = checkout.registry
         assert registry.get("mrv2").pipeline is not None
-        pipes = {name: registry.get(name).pipeline(**inputs) for name in registry.names()
-                 if registry.get(name).pipeline is not None}  # fmt: skip
-        standard = registry.get("mrv2").pipeline(**make_inputs(Workload(num_reqs=3, num_speculative_steps=3,
-                                                                        vocab_size=300), device=device))  # fmt: skip
+        pipes = {
+            name: registry.get(name).pipeline(**inputs)
+            for name in registry.names()
+            if registry.get(name).pipeline is not None
+        }
+        standard = registry.get("mrv2").pipeline(
+            **make_inputs(Workload(num_reqs=3, num_speculative_steps=3, vocab_size=300), device=device)
+        )
     planted = {name for name, p in pipes.items() if getattr(p, "ballast_iters", 0) > 0}
     assert planted == set(validate.PLANTED_SUBJECTS)
     assert {pipes[name].ballast_iters for name in planted} == {PLANTED_ITERS} and standard.ballast_iters == 0

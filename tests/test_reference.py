@@ -188,9 +188,7 @@ def test_all_nan_target_logits_in_range(temperature):
     k, vocab, num_reqs = 1, 40, 8
     target = torch.full((num_reqs * (k + 1), vocab), float("nan"))
     drafts = [[r % vocab] for r in range(num_reqs)]
-    sampled, num_sampled = rejection_sample(
-        **make_inputs(target, None, drafts, temperature, num_speculative_steps=k)
-    )
+    sampled, num_sampled = rejection_sample(**make_inputs(target, None, drafts, temperature, num_speculative_steps=k))
     assert bool(((num_sampled >= 1) & (num_sampled <= k + 1)).all())
     for toks in emitted(sampled, num_sampled):
         assert all(0 <= t < vocab for t in toks)
@@ -354,9 +352,7 @@ def test_emitted_tokens_follow_target(case, has_draft_logits):
         toks = torch.multinomial(q.expand(num_trials, vocab), k, replacement=True, generator=gen)
         ds = inputs["draft_sampled"].view(num_trials, k + 1)
         ds[:, 1:] = torch.where(ds[:, 1:] < 0, -1, toks)
-    sampled, num_sampled = rejection_sample(
-        **inputs, use_block_verification=block, use_fp64=fp64
-    )
+    sampled, num_sampled = rejection_sample(**inputs, use_block_verification=block, use_fp64=fp64)
     num_real = k - trailing if not leading else 0
     assert bool((num_sampled <= num_real + 1).all())
     p = torch.softmax(target_row, -1)
@@ -416,8 +412,14 @@ def test_deterministic_and_layout_invariant(has_draft_logits):
 
     def run(lo, hi, row_lo, row_hi, **kw):
         inputs = make_inputs(
-            target[row_lo:row_hi], draft, drafts[lo:hi], temps[lo:hi], seeds=seeds[lo:hi],
-            pos_start=pos_start[lo:hi], slots=slots[lo:hi], **common,
+            target[row_lo:row_hi],
+            draft,
+            drafts[lo:hi],
+            temps[lo:hi],
+            seeds=seeds[lo:hi],
+            pos_start=pos_start[lo:hi],
+            slots=slots[lo:hi],
+            **common,
         )
         return rejection_sample(**inputs, **kw)
 

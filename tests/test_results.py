@@ -98,14 +98,24 @@ def test_params_parsed_to_python_types(df):
     assert set(df.placeholder_density.dropna()) == {0.0, 0.5, 0.9}
     assert set(df.placeholder_pattern) == {"trailing"}
     assert set(df[df.benchmark == STAGES].stage) == {
-        "stats", "cum_log_p", "residual_mass", "rejection", "resample", "insert"}
+        "stats",
+        "cum_log_p",
+        "residual_mass",
+        "rejection",
+        "resample",
+        "insert",
+    }
     assert df[df.benchmark != STAGES].stage.isna().all()
 
 
 def test_name_split_into_module_tier_sweep_metric(df):
     row = df[df.benchmark == BANDWIDTH].iloc[0]
     assert (row.module, row.tier, row.sweep, row.metric) == (
-        "bench_sampler", "nightly", "Batch", "track_bandwidth_fraction")
+        "bench_sampler",
+        "nightly",
+        "Batch",
+        "track_bandwidth_fraction",
+    )
     assert set(df[df.benchmark == SWEEP].sweep) == {"Batch"}  # Latency and Derived share it
     assert set(df[df.benchmark == QUICK].tier) == {"quick"}
     assert set(df[df.benchmark == STAGES].sweep) == {"Stages"}
@@ -138,8 +148,7 @@ def test_failed_and_skipped_points(df):
     assert set(failed[failed.benchmark == RATIO].subject) == {"mrv2"}
     assert failed.value.isna().all()
     skipped = df[df.status == "skipped"]
-    assert set(zip(skipped.benchmark, skipped.subject, skipped["mode"])) == {
-        (QUICK, "flashinfer", "block")}
+    assert set(zip(skipped.benchmark, skipped.subject, skipped["mode"])) == {(QUICK, "flashinfer", "block")}
     assert len(skipped) == 5  # one per commit
 
 
@@ -214,9 +223,21 @@ def test_bad_gpuinfo_and_missing_benchmarks_json_do_not_crash(tmp_path):
 # Hand-made files: product order, unknown params, mismatched params
 # ---------------------------------------------------------------------------------------------
 
-RESULT_COLUMNS = ["result", "params", "version", "started_at", "duration", "stats_ci_99_a",
-                  "stats_ci_99_b", "stats_q_25", "stats_q_75", "stats_number", "stats_repeat",
-                  "samples", "profile"]
+RESULT_COLUMNS = [
+    "result",
+    "params",
+    "version",
+    "started_at",
+    "duration",
+    "stats_ci_99_a",
+    "stats_ci_99_b",
+    "stats_q_25",
+    "stats_q_75",
+    "stats_number",
+    "stats_repeat",
+    "samples",
+    "profile",
+]
 
 
 def _write_run(root: Path, benchmarks: dict, results_: dict, commit: str = "a" * 40) -> Path:
@@ -225,18 +246,31 @@ def _write_run(root: Path, benchmarks: dict, results_: dict, commit: str = "a" *
     (root / "benchmarks.json").write_text(json.dumps({**benchmarks, "version": 2}))
     (root / "m1" / "machine.json").write_text(json.dumps({"machine": "m1", "version": 1}))
     path = root / "m1" / f"{commit[:8]}-existing-py.json"
-    path.write_text(json.dumps({
-        "commit_hash": commit, "env_name": "existing-py", "date": 1_700_000_000_000,
-        "params": {"machine": "m1"}, "python": "3.11", "requirements": {}, "env_vars": {},
-        "result_columns": RESULT_COLUMNS, "results": results_, "durations": {}, "version": 2,
-    }))
+    path.write_text(
+        json.dumps(
+            {
+                "commit_hash": commit,
+                "env_name": "existing-py",
+                "date": 1_700_000_000_000,
+                "params": {"machine": "m1"},
+                "python": "3.11",
+                "requirements": {},
+                "env_vars": {},
+                "result_columns": RESULT_COLUMNS,
+                "results": results_,
+                "durations": {},
+                "version": 2,
+            }
+        )
+    )
     return path
 
 
 def test_unknown_param_becomes_an_extra_column_and_product_order_holds(tmp_path):
     name = "bench_sampler.FullDtype.track_x"
-    benchmarks = {name: {"param_names": ["variant", "dtype", "num_reqs"], "unit": "GB/s",
-                         "params": [], "type": "track"}}
+    benchmarks = {
+        name: {"param_names": ["variant", "dtype", "num_reqs"], "unit": "GB/s", "params": [], "type": "track"}
+    }
     params = [["'mrv2'", "'torch-eager'"], ["'bf16'", "'fp32'"], ["1", "4"]]
     values = [float(i) for i in range(8)]
     _write_run(tmp_path, benchmarks, {name: [values, params, "v1"]})
@@ -244,18 +278,15 @@ def test_unknown_param_becomes_an_extra_column_and_product_order_holds(tmp_path)
     assert problems == []
     assert list(df.columns) == [*COLUMNS, "dtype"]
     for i, (variant, dtype, n) in enumerate(itertools.product(*params)):
-        row = df[(df.subject == parse_param(variant)) & (df.dtype == parse_param(dtype))
-                 & (df.num_reqs == int(n))]
+        row = df[(df.subject == parse_param(variant)) & (df.dtype == parse_param(dtype)) & (df.num_reqs == int(n))]
         assert row.value.tolist() == [values[i]]
     assert df.tier.iloc[0] == "full" and df.sweep.iloc[0] == "Dtype"
 
 
 def test_param_count_mismatch_skips_only_that_benchmark(tmp_path):
     good, bad = "m.QuickA.track_a", "m.QuickB.track_b"
-    benchmarks = {good: {"param_names": ["K"], "unit": "x"},
-                  bad: {"param_names": ["K", "phi"], "unit": "x"}}
-    _write_run(tmp_path, benchmarks, {good: [[1.0, 2.0], [["1", "2"]]],
-                                      bad: [[1.0, 2.0], [["1", "2"]]]})
+    benchmarks = {good: {"param_names": ["K"], "unit": "x"}, bad: {"param_names": ["K", "phi"], "unit": "x"}}
+    _write_run(tmp_path, benchmarks, {good: [[1.0, 2.0], [["1", "2"]]], bad: [[1.0, 2.0], [["1", "2"]]]})
     df, problems = load_results(tmp_path)
     assert set(df.benchmark) == {good}
     assert len(problems) == 1 and bad in problems[0].reason
@@ -263,8 +294,7 @@ def test_param_count_mismatch_skips_only_that_benchmark(tmp_path):
 
 def test_all_failed_benchmark_stored_as_single_null(tmp_path):
     name = "m.NightlyX.time_y"
-    _write_run(tmp_path, {name: {"param_names": ["K"], "unit": "seconds"}},
-               {name: [None, [["1", "2", "3"]]]})
+    _write_run(tmp_path, {name: {"param_names": ["K"], "unit": "seconds"}}, {name: [None, [["1", "2", "3"]]]})
     df, _ = load_results(tmp_path)
     assert df.status.tolist() == ["failed"] * 3 and df.value.isna().all()
 
@@ -280,28 +310,37 @@ def test_empty_results_dir_gives_empty_frame_with_contract(tmp_path):
 # ---------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("text, expected", [
-    ("'mrv2'", "mrv2"), ("128", 128), ("0.5", 0.5), ("None", None), ("True", True),
-    ("<class 'torch.float16'>", "<class 'torch.float16'>"),
-])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("'mrv2'", "mrv2"),
+        ("128", 128),
+        ("0.5", 0.5),
+        ("None", None),
+        ("True", True),
+        ("<class 'torch.float16'>", "<class 'torch.float16'>"),
+    ],
+)
 def test_parse_param(text, expected):
     assert parse_param(text) == expected
 
 
-@pytest.mark.parametrize("name, expected", [
-    ("bench_sampler.NightlyBatchSweep.time_sample",
-     ("bench_sampler", "nightly", "BatchSweep", "time_sample")),
-    ("bench_sampler.NightlyDensityDerived.track_ratio_to_mrv2",
-     ("bench_sampler", "nightly", "Density", "track_ratio_to_mrv2")),
-    ("bench_sampler.SmokeGridLatency.time_sample",
-     ("bench_sampler", "smoke", "Grid", "time_sample")),
-    ("bench_stages.FullStages.track_stage_us",
-     ("bench_stages", "full", "Stages", "track_stage_us")),
-    ("pkg.bench.FullGrid.time_x", ("pkg.bench", "full", "Grid", "time_x")),
-    ("bench_misc.Adhoc.time_x", ("bench_misc", None, "Adhoc", "time_x")),
-    ("bench_misc.QuickLatency.time_x", ("bench_misc", "quick", "Latency", "time_x")),
-    ("bench_misc.time_fn", ("bench_misc", None, None, "time_fn")),
-])
+@pytest.mark.parametrize(
+    "name, expected",
+    [
+        ("bench_sampler.NightlyBatchSweep.time_sample", ("bench_sampler", "nightly", "BatchSweep", "time_sample")),
+        (
+            "bench_sampler.NightlyDensityDerived.track_ratio_to_mrv2",
+            ("bench_sampler", "nightly", "Density", "track_ratio_to_mrv2"),
+        ),
+        ("bench_sampler.SmokeGridLatency.time_sample", ("bench_sampler", "smoke", "Grid", "time_sample")),
+        ("bench_stages.FullStages.track_stage_us", ("bench_stages", "full", "Stages", "track_stage_us")),
+        ("pkg.bench.FullGrid.time_x", ("pkg.bench", "full", "Grid", "time_x")),
+        ("bench_misc.Adhoc.time_x", ("bench_misc", None, "Adhoc", "time_x")),
+        ("bench_misc.QuickLatency.time_x", ("bench_misc", "quick", "Latency", "time_x")),
+        ("bench_misc.time_fn", ("bench_misc", None, None, "time_fn")),
+    ],
+)
 def test_split_benchmark_name(name, expected):
     got = split_benchmark_name(name)
     assert (got["module"], got["tier"], got["sweep"], got["metric"]) == expected

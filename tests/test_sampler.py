@@ -43,7 +43,9 @@ def _assert_matches(got: list[list[int]], want: list[list[int]], exact: bool) ->
     draw sitting on a threshold: count those and bound them at 0.1% of requests."""
     mismatches = [i for i, (g, w) in enumerate(zip(got, want)) if g != w]
     if exact:
-        assert not mismatches, f"requests {mismatches}: kernel {[got[i] for i in mismatches]} != reference {[want[i] for i in mismatches]}"
+        assert not mismatches, (
+            f"requests {mismatches}: kernel {[got[i] for i in mismatches]} != reference {[want[i] for i in mismatches]}"
+        )
     else:
         assert len(mismatches) <= 0.001 * len(got), f"{len(mismatches)} of {len(got)} requests differ: {mismatches}"
 
@@ -75,8 +77,17 @@ CASES = [
     ids=[f"{m}-{d}-{p}{x}-{'-'.join(sorted(e))}".rstrip("-") for m, d, p, x, e in CASES],
 )
 def test_kernel_matches_reference(sampler, device, mode, draft, pattern, density, extra):
-    w = Workload(num_reqs=R, num_speculative_steps=K, vocab_size=V, mode=mode, draft=draft,
-                 placeholder_pattern=pattern, placeholder_density=density, seed=11, **extra)  # fmt: skip
+    w = Workload(
+        num_reqs=R,
+        num_speculative_steps=K,
+        vocab_size=V,
+        mode=mode,
+        draft=draft,
+        placeholder_pattern=pattern,
+        placeholder_density=density,
+        seed=11,
+        **extra,
+    )
     inputs = make_inputs(w, device=device)
     got, want = _run_both(sampler, inputs)
     _assert_matches(got, want, exact=(mode == "greedy"))
@@ -99,8 +110,16 @@ def test_fp64_noise_matches_reference(sampler, device, mode):
 @pytest.mark.parametrize("draft", ["logits", "one-hot"])
 def test_truncation_invariant(sampler, device, mode, draft):
     """m valid drafts then -1s give exactly the output of the request cut to m drafts (5.4)."""
-    w = Workload(num_reqs=R, num_speculative_steps=K, vocab_size=V, mode=mode, draft=draft,
-                 placeholder_pattern="random", placeholder_density=0.4, seed=3)  # fmt: skip
+    w = Workload(
+        num_reqs=R,
+        num_speculative_steps=K,
+        vocab_size=V,
+        mode=mode,
+        draft=draft,
+        placeholder_pattern="random",
+        placeholder_density=0.4,
+        seed=3,
+    )
     inputs = make_inputs(w, device=device)
     assert any(m < K for m in first_placeholder(inputs)), "workload has no placeholder"
     full = emitted(*sampler(**inputs))
@@ -110,8 +129,16 @@ def test_truncation_invariant(sampler, device, mode, draft):
 
 @pytest.mark.parametrize("mode", ["greedy", "standard", "block", "synthetic"])
 def test_placeholder_never_accepted(sampler, device, mode):
-    w = Workload(num_reqs=R, num_speculative_steps=K, vocab_size=V, mode=mode,
-                 placeholder_pattern="random", placeholder_density=0.5, agreement=0.95, seed=8)  # fmt: skip
+    w = Workload(
+        num_reqs=R,
+        num_speculative_steps=K,
+        vocab_size=V,
+        mode=mode,
+        placeholder_pattern="random",
+        placeholder_density=0.5,
+        agreement=0.95,
+        seed=8,
+    )
     inputs = make_inputs(w, device=device)
     sampled, num_sampled = sampler(**inputs)
     for m, n, tokens in zip(first_placeholder(inputs), num_sampled.tolist(), emitted(sampled, num_sampled)):
@@ -175,8 +202,16 @@ def test_block_verification_placeholder_truncates_block(sampler, device, has_dra
 def test_seeded_determinism_and_chunking(sampler, device, mode):
     """Same seeds -> same output; running requests in two chunks changes nothing (the RNG is
     keyed by (seed, pos), not by batch position). Rows are non-contiguous (stride V + 3)."""
-    w = Workload(num_reqs=R, num_speculative_steps=K, vocab_size=V, mode=mode, placeholder_density=0.25,
-                 placeholder_pattern="random", ragged=True, seed=21)  # fmt: skip
+    w = Workload(
+        num_reqs=R,
+        num_speculative_steps=K,
+        vocab_size=V,
+        mode=mode,
+        placeholder_density=0.25,
+        placeholder_pattern="random",
+        ragged=True,
+        seed=21,
+    )
     inputs = make_inputs(w, device=device)
     padded = torch.zeros(inputs["target_logits"].shape[0], V + 3, device=device)
     padded[:, :V] = inputs["target_logits"]
@@ -222,8 +257,15 @@ def test_placeholder_draft_token_rejected(sampler, device):
 def test_large_index_matches_reference(sampler, mode):
     """N * V > 2**31: V = 262144 with N = 8200 rows (R = 1640, K = 4). Offsets must be int64.
     The reference runs on the last 40 requests only (their rows sit past 2**31 elements)."""
-    w = Workload(num_reqs=1640, num_speculative_steps=4, vocab_size=262144, mode=mode,
-                 placeholder_density=0.25, placeholder_pattern="random", seed=9)  # fmt: skip
+    w = Workload(
+        num_reqs=1640,
+        num_speculative_steps=4,
+        vocab_size=262144,
+        mode=mode,
+        placeholder_density=0.25,
+        placeholder_pattern="random",
+        seed=9,
+    )
     inputs = make_inputs(w, device="cuda")
     assert inputs["target_logits"].numel() > 2**31
     sampled, num_sampled = sampler(**inputs)
@@ -237,8 +279,16 @@ def test_large_index_matches_reference(sampler, mode):
 @pytest.mark.parametrize("mode", ["greedy", "standard", "block"])
 @pytest.mark.parametrize("draft", ["logits", "one-hot"])
 def test_production_vocab_matches_reference(sampler, mode, draft):
-    w = Workload(num_reqs=128, num_speculative_steps=4, vocab_size=151936, mode=mode, draft=draft,
-                 placeholder_density=0.5, placeholder_pattern="trailing", seed=12)  # fmt: skip
+    w = Workload(
+        num_reqs=128,
+        num_speculative_steps=4,
+        vocab_size=151936,
+        mode=mode,
+        draft=draft,
+        placeholder_density=0.5,
+        placeholder_pattern="trailing",
+        seed=12,
+    )
     inputs = make_inputs(w, device="cuda")
     got, want = _run_both(sampler, inputs)
     _assert_matches(got, want, exact=(mode == "greedy"))

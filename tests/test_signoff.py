@@ -350,8 +350,9 @@ def test_newest_commit_with_both_subjects():
         _point("mid", _lognormal(63, 1e-4), subject="fast"),
         _point("new", _lognormal(64, 1e-4)),
     ]
-    df = _frame(rows).assign(date=pd.to_datetime(["2026-01-01", "2026-01-01", "2026-01-02", "2026-01-02",
-                                                  "2026-01-03"], utc=True))  # fmt: skip
+    df = _frame(rows).assign(
+        date=pd.to_datetime(["2026-01-01", "2026-01-01", "2026-01-02", "2026-01-02", "2026-01-03"], utc=True)
+    )
     assert signoff.newest_commit_with(df, ["mrv2", "fast"]) == "mid"
     assert signoff.newest_commit_with(df, ["mrv2"]) == "new"
     assert signoff.newest_commit_with(df, ["mrv2", "nosuch"]) is None
@@ -453,8 +454,7 @@ def test_absolute_floor_keeps_a_sub_microsecond_shift_of_a_tiny_point_unchanged(
     head = _frame([_point("h", _lognormal(seed=22, median=11.6e-6 * 1.03, sigma=0.002))])
     strict = compare(base, head, min_effect=signoff.PAIRED_MIN_EFFECT)
     assert strict.verdict.tolist() == ["regression"] and strict.significant.iloc[0]
-    floored = compare(base, head, min_effect=signoff.PAIRED_MIN_EFFECT,
-                      min_abs_seconds=signoff.PAIRED_MIN_ABS_SECONDS)  # fmt: skip
+    floored = compare(base, head, min_effect=signoff.PAIRED_MIN_EFFECT, min_abs_seconds=signoff.PAIRED_MIN_ABS_SECONDS)
     assert floored.verdict.tolist() == ["unchanged"] and floored.significant.iloc[0]
     assert exit_code(floored) == 0
     assert "0.5 µs" in report_markdown(floored)

@@ -70,8 +70,16 @@ DRAFTS = ("logits", "one-hot")
 @pytest.mark.parametrize("draft", DRAFTS)
 def test_replica_matches_mrv2_without_placeholders(device, mode, draft):
     """PR #50939 changes nothing when no draft is -1: identical output in every mode."""
-    w = Workload(num_reqs=R, num_speculative_steps=K, vocab_size=V, mode=mode, draft=draft,
-                 ragged=True, greedy_fraction=0.25 if mode != "greedy" else 0.0, seed=31)  # fmt: skip
+    w = Workload(
+        num_reqs=R,
+        num_speculative_steps=K,
+        vocab_size=V,
+        mode=mode,
+        draft=draft,
+        ragged=True,
+        greedy_fraction=0.25 if mode != "greedy" else 0.0,
+        seed=31,
+    )
     inputs = make_inputs(w, device=device)
     post = emitted(*subjects.get("mrv2").run(w, device, inputs))
     pre = emitted(*subjects.get("mrv2-pre50939").run(w, device, inputs))
@@ -80,8 +88,15 @@ def test_replica_matches_mrv2_without_placeholders(device, mode, draft):
 
 @pytest.mark.parametrize("mode", ["greedy", "standard", "block"])
 def test_torch_eager_matches_mrv2(device, mode):
-    w = Workload(num_reqs=R, num_speculative_steps=K, vocab_size=V, mode=mode, placeholder_density=0.3,
-                 placeholder_pattern="random", seed=32)  # fmt: skip
+    w = Workload(
+        num_reqs=R,
+        num_speculative_steps=K,
+        vocab_size=V,
+        mode=mode,
+        placeholder_density=0.3,
+        placeholder_pattern="random",
+        seed=32,
+    )
     inputs = make_inputs(w, device=device)
     eager = emitted(*subjects.get("torch-eager").run(w, device, inputs))
     ours = emitted(*subjects.get("mrv2").run(w, device, inputs))

@@ -55,17 +55,36 @@ def _side_rows(env: str, commit: str, seconds: dict[tuple[str, str], float], see
     rows = []
     for (subject, mode), median in seconds.items():
         samples = list(median * rng.lognormal(0.0, 0.002, 20))
-        rows.append({"commit": commit, "machine": "h200", "env": env, "benchmark": "bench_sampler.QuickDensityLatency.time_sample",
-                     "metric": "time_sample", "unit": "seconds", "subject": subject, "mode": mode, "draft": "logits",
-                     "num_reqs": 128, "num_speculative_steps": 4, "vocab_size": 151936, "placeholder_density": 0.0,
-                     "placeholder_pattern": "trailing", "status": "ok", "samples": samples,
-                     "value": float(np.median(samples)), "semantics": "same draws"})  # fmt: skip
+        rows.append(
+            {
+                "commit": commit,
+                "machine": "h200",
+                "env": env,
+                "benchmark": "bench_sampler.QuickDensityLatency.time_sample",
+                "metric": "time_sample",
+                "unit": "seconds",
+                "subject": subject,
+                "mode": mode,
+                "draft": "logits",
+                "num_reqs": 128,
+                "num_speculative_steps": 4,
+                "vocab_size": 151936,
+                "placeholder_density": 0.0,
+                "placeholder_pattern": "trailing",
+                "status": "ok",
+                "samples": samples,
+                "value": float(np.median(samples)),
+                "semantics": "same draws",
+            }
+        )
     return rows
 
 
 def _run(name: str, target, order: int, base_seconds: dict, head_seconds: dict, seed: int) -> validate.Run:
-    frame = to_frame(_side_rows(paired.ENVS["base"], "h" * 40, base_seconds, seed)
-                     + _side_rows(paired.ENVS["head"], "p" * 40, head_seconds, seed + 1))  # fmt: skip
+    frame = to_frame(
+        _side_rows(paired.ENVS["base"], "h" * 40, base_seconds, seed)
+        + _side_rows(paired.ENVS["head"], "p" * 40, head_seconds, seed + 1)
+    )
     verdicts = signoff.compare(*paired.split_sides(frame), min_effect=signoff.PAIRED_MIN_EFFECT)
     result = paired.SignoffResult("h" * 40, "p" * 40, frame, verdicts, "", signoff.exit_code(verdicts), 1.0)
     return validate.Run(name, target, "p" * 40, result=result, order=order)
@@ -77,9 +96,11 @@ def test_separate_process_rows_pair_other_runs_sides_at_the_asv_threshold(tmp_pa
     points = {("mrv2", "block"): 100e-6, ("mrv2", "greedy"): 50e-6, ("fast", "block"): 80e-6}
     drifted = {k: v * 1.06 for k, v in points.items()}  # a 6% process-to-process drift
     planted = {**points, ("mrv2", "block"): 110e-6}
-    runs = [_run("A/A 1", None, 0, points, points, seed=1),
-            _run("planted 10%", 0.10, 1, points, planted, seed=3),
-            _run("A/A 2", None, 2, drifted, drifted, seed=5)]  # fmt: skip
+    runs = [
+        _run("A/A 1", None, 0, points, points, seed=1),
+        _run("planted 10%", 0.10, 1, points, planted, seed=3),
+        _run("A/A 2", None, 2, drifted, drifted, seed=5),
+    ]
     opts = validate.options(tmp_path, tmp_path, cuda=False)
     seps = validate.separate_comparisons(runs, opts)
     assert [(s.name, s.base_of, s.head_of) for s in seps] == [
@@ -87,8 +108,9 @@ def test_separate_process_rows_pair_other_runs_sides_at_the_asv_threshold(tmp_pa
         ("planted 10% (separate)", "A/A 1", "planted 10%"),
         ("A/A (separate) 2", "planted 10%", "A/A 2"),
     ]
-    assert all(s.verdicts.attrs["thresholds"] == {"alpha": 0.002, "min_effect": 0.05, "min_abs_seconds": 0.0}
-               for s in seps)  # fmt: skip
+    assert all(
+        s.verdicts.attrs["thresholds"] == {"alpha": 0.002, "min_effect": 0.05, "min_abs_seconds": 0.0} for s in seps
+    )
     rows = {s.name: validate.judge_separate(s) for s in seps}
     assert rows["A/A (separate) 1"]["verdict"] == "no false alarm"
     assert (
@@ -139,8 +161,22 @@ def test_smoke_validation_end_to_end(tmp_path, capsys, monkeypatch):
     repo = make_repo(tmp_path / "repo")
     head = git(repo, "rev-parse", "HEAD")
     out = tmp_path / "out"
-    code = main(["signoff-validate", "--smoke", "--aa-runs", "1", "--subject", "mrv2", "--targets", "0.1",
-                 "--repo", str(repo), "--out", str(out)])  # fmt: skip
+    code = main(
+        [
+            "signoff-validate",
+            "--smoke",
+            "--aa-runs",
+            "1",
+            "--subject",
+            "mrv2",
+            "--targets",
+            "0.1",
+            "--repo",
+            str(repo),
+            "--out",
+            str(out),
+        ]
+    )
     assert code in (0, 1)  # pass/fail is CPU noise here
     # frames.parquet where pyarrow is installed (the GPU box), else frames.csv
     frames_file = "frames.parquet" if (out / "frames.parquet").exists() else "frames.csv"

@@ -118,16 +118,32 @@ BAD_INPUTS = [
     ("target_logits-3d", _set("target_logits", lambda i: i["target_logits"][None]), "target_logits"),
     ("target_logits-int64", _set("target_logits", lambda i: i["target_logits"].long()), "target_logits"),
     ("target_logits-fp64", _set("target_logits", lambda i: i["target_logits"].double()), "target_logits"),
-    ("target_logits-last-stride-2", _set("target_logits", lambda i: _strided_last_dim(i["target_logits"])), "target_logits"),
+    (
+        "target_logits-last-stride-2",
+        _set("target_logits", lambda i: _strided_last_dim(i["target_logits"])),
+        "target_logits",
+    ),
     # draft_logits
     ("draft_logits-2d", _set("draft_logits", lambda i: i["draft_logits"][:, 0]), "draft_logits"),
     ("draft_logits-int32", _set("draft_logits", lambda i: i["draft_logits"].int()), "draft_logits"),
     ("draft_logits-fp64", _set("draft_logits", lambda i: i["draft_logits"].double()), "draft_logits"),
-    ("draft_logits-slots+1", _set("draft_logits", lambda i: torch.cat([i["draft_logits"], i["draft_logits"][:1]])), "draft_logits"),
+    (
+        "draft_logits-slots+1",
+        _set("draft_logits", lambda i: torch.cat([i["draft_logits"], i["draft_logits"][:1]])),
+        "draft_logits",
+    ),
     ("draft_logits-slots-1", _set("draft_logits", lambda i: i["draft_logits"][1:]), "draft_logits"),
     ("draft_logits-K-1", _set("draft_logits", lambda i: i["draft_logits"][:, 1:]), "draft_logits"),
-    ("draft_logits-K+1", _set("draft_logits", lambda i: torch.cat([i["draft_logits"], i["draft_logits"][:, :1]], 1)), "draft_logits"),
-    ("draft_logits-last-stride-2", _set("draft_logits", lambda i: _strided_last_dim(i["draft_logits"])), "draft_logits"),
+    (
+        "draft_logits-K+1",
+        _set("draft_logits", lambda i: torch.cat([i["draft_logits"], i["draft_logits"][:, :1]], 1)),
+        "draft_logits",
+    ),
+    (
+        "draft_logits-last-stride-2",
+        _set("draft_logits", lambda i: _strided_last_dim(i["draft_logits"])),
+        "draft_logits",
+    ),
     # draft_sampled
     ("draft_sampled-2d", _set("draft_sampled", lambda i: i["draft_sampled"][:, None]), "draft_sampled"),
     ("draft_sampled-float", _set("draft_sampled", lambda i: i["draft_sampled"].float()), "draft_sampled"),
@@ -155,12 +171,28 @@ BAD_INPUTS = [
     ("idx_mapping-short", _set("idx_mapping", lambda i: i["idx_mapping"][:-1]), "idx_mapping"),
     ("idx_mapping-float", _set("idx_mapping", lambda i: i["idx_mapping"].float()), "idx_mapping"),
     ("idx_mapping-slot=max_num_reqs", _out_of_range_slot, "idx_mapping"),
-    ("expanded_idx_mapping-short", _set("expanded_idx_mapping", lambda i: i["expanded_idx_mapping"][:-1]), "expanded_idx_mapping"),
+    (
+        "expanded_idx_mapping-short",
+        _set("expanded_idx_mapping", lambda i: i["expanded_idx_mapping"][:-1]),
+        "expanded_idx_mapping",
+    ),
     ("expanded_idx_mapping-inconsistent", _swap_slots, "expanded_idx_mapping"),
-    ("expanded_local_pos-short", _set("expanded_local_pos", lambda i: i["expanded_local_pos"][:-1]), "expanded_local_pos"),
-    ("expanded_local_pos-float", _set("expanded_local_pos", lambda i: i["expanded_local_pos"].float()), "expanded_local_pos"),
+    (
+        "expanded_local_pos-short",
+        _set("expanded_local_pos", lambda i: i["expanded_local_pos"][:-1]),
+        "expanded_local_pos",
+    ),
+    (
+        "expanded_local_pos-float",
+        _set("expanded_local_pos", lambda i: i["expanded_local_pos"].float()),
+        "expanded_local_pos",
+    ),
     ("expanded_local_pos-inconsistent", _put("expanded_local_pos", K + 2, 0), "expanded_local_pos"),
-    ("expanded_local_pos-not-restarting", _set("expanded_local_pos", lambda i: torch.arange(N, dtype=torch.int32, device=_dev(i))), "expanded_local_pos"),
+    (
+        "expanded_local_pos-not-restarting",
+        _set("expanded_local_pos", lambda i: torch.arange(N, dtype=torch.int32, device=_dev(i))),
+        "expanded_local_pos",
+    ),
     # temperature / seed / K
     ("temperature-negative", _put("temperature", 1, -0.5), "temperature"),
     ("temperature-nan", _put("temperature", 2, float("nan")), "temperature"),
@@ -176,9 +208,15 @@ BAD_INPUTS = [
     ("synthetic-above-1", _synthetic([0.9, 1.5, 0.2]), "synthetic_conditional_rates"),
     ("synthetic-negative", _synthetic([0.9, 0.5, -0.1]), "synthetic_conditional_rates"),
     ("synthetic-length-K-1", _synthetic([0.9, 0.5]), "synthetic_conditional_rates"),
-    ("synthetic-fp64", _set("synthetic_conditional_rates", lambda i: torch.tensor([0.9, 0.5, 0.2], dtype=torch.float64, device=_dev(i))), "synthetic_conditional_rates"),
+    (
+        "synthetic-fp64",
+        _set(
+            "synthetic_conditional_rates", lambda i: torch.tensor([0.9, 0.5, 0.2], dtype=torch.float64, device=_dev(i))
+        ),
+        "synthetic_conditional_rates",
+    ),
     ("synthetic-with-block", _synthetic_block, "synthetic_conditional_rates"),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize("entry", ENTRY_POINTS)
@@ -201,9 +239,17 @@ def _on_meta(name: str) -> Callable[[dict], None]:
 
 
 ON_OTHER_DEVICE = [
-    "draft_logits", "draft_sampled", "cu_num_logits", "pos", "idx_mapping", "expanded_idx_mapping",
-    "expanded_local_pos", "temperature", "seed", "synthetic_conditional_rates",
-]  # fmt: skip
+    "draft_logits",
+    "draft_sampled",
+    "cu_num_logits",
+    "pos",
+    "idx_mapping",
+    "expanded_idx_mapping",
+    "expanded_local_pos",
+    "temperature",
+    "seed",
+    "synthetic_conditional_rates",
+]
 
 
 @pytest.mark.parametrize("entry", ENTRY_POINTS)
@@ -234,9 +280,22 @@ def test_check_inputs_without_device_requirement_accepts_cpu(monkeypatch):
     """``require_triton_device=False`` (e.g. for the PyTorch reference) skips only that check."""
     monkeypatch.setenv("TRITON_INTERPRET", "0")
     inp = _inputs()
-    args = [inp[k] for k in ("target_logits", "draft_logits", "draft_sampled", "cu_num_logits", "pos",
-                             "idx_mapping", "expanded_idx_mapping", "expanded_local_pos", "temperature",
-                             "seed", "num_speculative_steps")]  # fmt: skip
+    args = [
+        inp[k]
+        for k in (
+            "target_logits",
+            "draft_logits",
+            "draft_sampled",
+            "cu_num_logits",
+            "pos",
+            "idx_mapping",
+            "expanded_idx_mapping",
+            "expanded_local_pos",
+            "temperature",
+            "seed",
+            "num_speculative_steps",
+        )
+    ]
     check_inputs(*args, require_triton_device=False)
     with pytest.raises(ValueError, match="^target_logits:.*CUDA"):
         check_inputs(*args)

@@ -87,7 +87,9 @@ def test_a_corrupt_cache_entry_is_refused(tmp_path, cache):
 
 
 def test_a_release_not_in_the_cache_says_how_to_fetch_it(cache):
-    with pytest.raises(subjects.SubjectError, match=r"vllm==9\.9\.9 is not in the cache.*specsample vllm fetch 9\.9\.9"):
+    with pytest.raises(
+        subjects.SubjectError, match=r"vllm==9\.9\.9 is not in the cache.*specsample vllm fetch 9\.9\.9"
+    ):
         subjects.get("vllm==9.9.9")
 
 
@@ -97,7 +99,10 @@ def test_a_release_not_in_the_cache_says_how_to_fetch_it(cache):
 def test_a_loaded_release_runs_and_matches_its_reference(tmp_path, cache, device):
     _fetch(tmp_path, "9.4.0")
     subject = subjects.get("vllm==9.4.0")
-    assert subject.provenance["release"] == "9.4.0" and set(subject.provenance["files"]) == {ROOT, "vllm/v1/worker/gpu/sample/helper.py"}
+    assert subject.provenance["release"] == "9.4.0" and set(subject.provenance["files"]) == {
+        ROOT,
+        "vllm/v1/worker/gpu/sample/helper.py",
+    }
     assert subject.provenance["ignored_arguments"] == ["watermark_key"]  # a newer argument, left at its default
     assert "vllm" not in sys.modules and not any(k.startswith("vllm.") for k in sys.modules)
     inputs = make_inputs(W, device=device)
@@ -118,21 +123,29 @@ def test_two_releases_live_in_one_process(tmp_path, cache):
 
 def test_a_module_that_raises_on_import_is_a_clear_error(tmp_path, cache):
     _fetch(tmp_path, "9.7.0", misbehave="raise-on-import")
-    with pytest.raises(subjects.SubjectError, match=r"vllm==9\.7\.0: importing .*rejection_sampler_utils failed in "
-                       r"vllm/v1/worker/gpu/spec_decode/rejection_sampler_utils.py line \d+: RuntimeError: this release"):
+    with pytest.raises(
+        subjects.SubjectError,
+        match=r"vllm==9\.7\.0: importing .*rejection_sampler_utils failed in "
+        r"vllm/v1/worker/gpu/spec_decode/rejection_sampler_utils.py line \d+: RuntimeError: this release",
+    ):
         subjects.get("vllm==9.7.0")
 
 
 def test_a_missing_module_names_the_module_and_the_subject(tmp_path, cache):
     _fetch(tmp_path, "9.8.0", misbehave="missing-module")
-    with pytest.raises(subjects.SubjectError,
-                       match=r"vllm==9\.8\.0: vllm.v1.worker.gpu.sample.not_there is not in its extracted closure"):
+    with pytest.raises(
+        subjects.SubjectError,
+        match=r"vllm==9\.8\.0: vllm.v1.worker.gpu.sample.not_there is not in its extracted closure",
+    ):
         subjects.get("vllm==9.8.0")
 
 
 def test_a_name_the_shim_does_not_provide_is_a_clear_error(tmp_path, cache):
     _fetch(tmp_path, "9.9.1", misbehave="bad-shim")
-    with pytest.raises(subjects.SubjectError, match=r"vllm==9\.9\.1: its Triton files import gluon from vllm.triton_utils, which specsample does not provide"):
+    with pytest.raises(
+        subjects.SubjectError,
+        match=r"vllm==9\.9\.1: its Triton files import gluon from vllm.triton_utils, which specsample does not provide",
+    ):
         subjects.get("vllm==9.9.1")
 
 
@@ -159,8 +172,19 @@ def test_a_signature_that_cannot_be_adapted_is_refused(tmp_path, cache):
 def test_draft_logits_run_at_temperature_one_only():
     from specsample.subjects.vllm.adapter import adapt
 
-    def rejection_sample(target_logits, draft_logits, draft_sampled, cu_num_logits, pos, idx_mapping,
-                         expanded_idx_mapping, expanded_local_pos, temperature, seed, num_speculative_steps):
+    def rejection_sample(
+        target_logits,
+        draft_logits,
+        draft_sampled,
+        cu_num_logits,
+        pos,
+        idx_mapping,
+        expanded_idx_mapping,
+        expanded_local_pos,
+        temperature,
+        seed,
+        num_speculative_steps,
+    ):
         pass
 
     caps = adapt(rejection_sample, "vllm==x").capabilities
@@ -187,7 +211,9 @@ def test_refs_of_a_checkout_are_subjects(tmp_path, cache, monkeypatch):
 def test_a_ref_without_a_checkout_is_not_supported_here(cache, monkeypatch):
     """Not an error of the subject: the nightly tier's vllm@main is skipped on a box without one."""
     monkeypatch.delenv("SPECSAMPLE_VLLM_REPO", raising=False)
-    with pytest.raises(subjects.NotSupported, match=r"no vLLM checkout given \(--vllm-repo PATH or \$SPECSAMPLE_VLLM_REPO\)"):
+    with pytest.raises(
+        subjects.NotSupported, match=r"no vLLM checkout given \(--vllm-repo PATH or \$SPECSAMPLE_VLLM_REPO\)"
+    ):
         subjects.get("vllm@main")
 
 
@@ -195,8 +221,18 @@ def test_a_ref_without_a_checkout_is_not_supported_here(cache, monkeypatch):
 
 
 def _units(phis=(0.0, 0.5, 0.0)):
-    points = [dict(mode="standard", draft="logits", num_reqs=2, num_speculative_steps=2, vocab_size=300,
-                   placeholder_density=phi, placeholder_pattern="trailing") for phi in phis]  # fmt: skip
+    points = [
+        dict(
+            mode="standard",
+            draft="logits",
+            num_reqs=2,
+            num_speculative_steps=2,
+            vocab_size=300,
+            placeholder_density=phi,
+            placeholder_pattern="trailing",
+        )
+        for phi in phis
+    ]
     return [worker.Unit(f"u/{i}", p, ("mrv2", "vllm==9.12.0")) for i, p in enumerate(points)]
 
 
@@ -245,8 +281,9 @@ def real_release(tmp_path_factory):
     link); skipped only when the package index cannot be reached."""
     cache = tmp_path_factory.mktemp("vllm-cache")
     env = dict(os.environ, SPECSAMPLE_CACHE=str(cache))
-    probe = subprocess.run([sys.executable, "-m", "pip", "index", "versions", "vllm"], capture_output=True, text=True,
-                           env=env, timeout=120)  # fmt: skip
+    probe = subprocess.run(
+        [sys.executable, "-m", "pip", "index", "versions", "vllm"], capture_output=True, text=True, env=env, timeout=120
+    )
     if probe.returncode != 0 or REAL not in probe.stdout:
         pytest.skip(f"the package index cannot be reached (pip index versions vllm: {probe.stderr.strip()[-200:]})")
     old = os.environ.get("SPECSAMPLE_CACHE")
@@ -268,8 +305,16 @@ def test_a_real_release_draws_what_mrv2_draws(real_release, monkeypatch, device,
     subjects._resolve.cache_clear()
     subject = subjects.get(f"vllm=={REAL}")
     assert parse_subject(subject.name).version == REAL and subject.provenance["release"] == REAL
-    w = Workload(num_reqs=4, num_speculative_steps=3, vocab_size=1000, mode=mode, draft=draft,
-                 placeholder_density=0.4, placeholder_pattern="random", seed=11)  # fmt: skip
+    w = Workload(
+        num_reqs=4,
+        num_speculative_steps=3,
+        vocab_size=1000,
+        mode=mode,
+        draft=draft,
+        placeholder_density=0.4,
+        placeholder_pattern="random",
+        seed=11,
+    )
     inputs = make_inputs(w, device=device)
     ours = subjects.get("mrv2").run(w, device, inputs)
     theirs = subject.run(w, device, inputs)
@@ -284,7 +329,12 @@ def test_an_unknown_release_is_a_clear_error(real_release):
 
 def test_specsample_vllm_fetch_exits_2_on_an_unknown_release(real_release, tmp_path):
     env = dict(os.environ, SPECSAMPLE_CACHE=str(tmp_path / "c"))
-    proc = subprocess.run([sys.executable, "-m", "specsample", "vllm", "fetch", "0.0.999"], capture_output=True,
-                          text=True, env=env, timeout=300)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-m", "specsample", "vllm", "fetch", "0.0.999"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert proc.returncode == 2 and "no such release on the package index" in proc.stderr
     assert not (tmp_path / "c" / "vllm" / "releases" / "0.0.999").exists()

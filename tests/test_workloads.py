@@ -19,13 +19,27 @@ from specsample.workloads import (
 V = 1000  # small vocab keeps every test fast on CPU
 
 TENSOR_KEYS = (
-    "target_logits", "draft_logits", "draft_sampled", "cu_num_logits", "pos", "idx_mapping",
-    "expanded_idx_mapping", "expanded_local_pos", "temperature", "seed", "synthetic_conditional_rates",
+    "target_logits",
+    "draft_logits",
+    "draft_sampled",
+    "cu_num_logits",
+    "pos",
+    "idx_mapping",
+    "expanded_idx_mapping",
+    "expanded_local_pos",
+    "temperature",
+    "seed",
+    "synthetic_conditional_rates",
 )
 # Everything that does not depend on the device (see the module docstring).
 LAYOUT_KEYS = (
-    "cu_num_logits", "pos", "idx_mapping", "expanded_idx_mapping", "expanded_local_pos",
-    "temperature", "seed",
+    "cu_num_logits",
+    "pos",
+    "idx_mapping",
+    "expanded_idx_mapping",
+    "expanded_local_pos",
+    "temperature",
+    "seed",
 )
 
 
@@ -65,8 +79,15 @@ def num_valid(drafts: torch.Tensor) -> int:
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("draft", DRAFTS)
 def test_same_spec_gives_identical_tensors(mode, draft):
-    w = small(mode=mode, draft=draft, placeholder_density=0.5, placeholder_pattern="random",
-              ragged=True, max_num_reqs=40, greedy_fraction=0.25)
+    w = small(
+        mode=mode,
+        draft=draft,
+        placeholder_density=0.5,
+        placeholder_pattern="random",
+        ragged=True,
+        max_num_reqs=40,
+        greedy_fraction=0.25,
+    )
     assert_same_inputs(make_inputs(w), make_inputs(w))
 
 
@@ -88,8 +109,13 @@ def test_returns_fresh_tensors():
 def test_other_knobs_leave_logits_and_valid_tokens_alone():
     # Sweeping phi, pattern, mode or draft kind must compare like with like.
     base = make_inputs(small())
-    for change in (dict(placeholder_density=0.5), dict(placeholder_pattern="random", placeholder_density=0.5),
-                   dict(mode="block"), dict(mode="synthetic"), dict(draft="one-hot")):
+    for change in (
+        dict(placeholder_density=0.5),
+        dict(placeholder_pattern="random", placeholder_density=0.5),
+        dict(mode="block"),
+        dict(mode="synthetic"),
+        dict(draft="one-hot"),
+    ):
         other = make_inputs(small(**change))
         assert torch.equal(base["target_logits"], other["target_logits"]), change
         valid = other["draft_sampled"] != PLACEHOLDER_TOKEN_ID
@@ -113,8 +139,7 @@ def test_one_hot_drops_draft_logits_only():
 LAYOUT_CASES = [
     small(),
     small(num_reqs=1, num_speculative_steps=1),
-    small(num_speculative_steps=7, ragged=True, max_num_reqs=53, placeholder_density=0.4,
-          placeholder_pattern="random"),
+    small(num_speculative_steps=7, ragged=True, max_num_reqs=53, placeholder_density=0.4, placeholder_pattern="random"),
     small(num_reqs=5, ragged=True, placeholder_pattern="all", mode="greedy"),
     small(vocab_size=2, placeholder_density=0.25),
     small(vocab_size=3, mode="synthetic", draft="one-hot", greedy_fraction=0.5),
@@ -138,10 +163,16 @@ def test_layout_invariants(w):
         assert torch.isfinite(x["draft_logits"].float()).all()
     else:
         assert x["draft_logits"] is None
-    expected = {"draft_sampled": (N, torch.int64), "cu_num_logits": (R + 1, torch.int32),
-                "pos": (N, torch.int32), "idx_mapping": (R, torch.int32),
-                "expanded_idx_mapping": (N, torch.int32), "expanded_local_pos": (N, torch.int32),
-                "temperature": (M, torch.float32), "seed": (M, torch.int64)}
+    expected = {
+        "draft_sampled": (N, torch.int64),
+        "cu_num_logits": (R + 1, torch.int32),
+        "pos": (N, torch.int32),
+        "idx_mapping": (R, torch.int32),
+        "expanded_idx_mapping": (N, torch.int32),
+        "expanded_local_pos": (N, torch.int32),
+        "temperature": (M, torch.float32),
+        "seed": (M, torch.int64),
+    }
     for key, (numel, dtype) in expected.items():
         assert x[key].shape == (numel,) and x[key].dtype == dtype, key
     assert x["num_speculative_steps"] == K and x["use_fp64"] is False
@@ -181,8 +212,11 @@ def test_mode_flags(mode):
 
 
 def test_ragged_has_short_requests():
-    for w in (small(ragged=True), small(num_reqs=1, ragged=True),
-              small(num_reqs=2, num_speculative_steps=1, ragged=True)):
+    for w in (
+        small(ragged=True),
+        small(num_reqs=1, ragged=True),
+        small(num_reqs=2, num_speculative_steps=1, ragged=True),
+    ):
         n = [n_r for _, _, n_r, _ in per_request(make_inputs(w))]
         assert min(n) < w.num_speculative_steps, w.name
     n = [n_r for _, _, n_r, _ in per_request(make_inputs(small(num_reqs=128, ragged=True)))]
@@ -223,8 +257,10 @@ def test_placeholder_density(pattern, phi, ragged):
 
 def test_random_pattern_puts_placeholders_mid_block():
     x = make_inputs(small(num_reqs=64, placeholder_density=0.5, placeholder_pattern="random"))
-    mid = [num_valid(d) < n_r and bool((d[num_valid(d):] != PLACEHOLDER_TOKEN_ID).any())
-           for _, _, n_r, d in per_request(x)]
+    mid = [
+        num_valid(d) < n_r and bool((d[num_valid(d) :] != PLACEHOLDER_TOKEN_ID).any())
+        for _, _, n_r, d in per_request(x)
+    ]
     assert any(mid), "some valid draft follows a placeholder"
 
 
@@ -358,12 +394,27 @@ def test_bytes_required_follows_placeholders():
 # --------------------
 
 BAD_FIELDS = [
-    ("num_reqs", 0), ("num_reqs", 2.0), ("num_reqs", True), ("num_speculative_steps", 0),
-    ("vocab_size", 1), ("placeholder_density", -0.1), ("placeholder_density", 1.5),
-    ("placeholder_density", float("nan")), ("placeholder_pattern", "middle"), ("mode", "fast"),
-    ("draft", "none"), ("target_dtype", torch.int32), ("draft_dtype", torch.float64),
-    ("temperature", 0.0), ("temperature", float("inf")), ("greedy_fraction", 2.0),
-    ("agreement", -1.0), ("ragged", 1), ("max_num_reqs", 3), ("seed", -1), ("seed", 2**32),
+    ("num_reqs", 0),
+    ("num_reqs", 2.0),
+    ("num_reqs", True),
+    ("num_speculative_steps", 0),
+    ("vocab_size", 1),
+    ("placeholder_density", -0.1),
+    ("placeholder_density", 1.5),
+    ("placeholder_density", float("nan")),
+    ("placeholder_pattern", "middle"),
+    ("mode", "fast"),
+    ("draft", "none"),
+    ("target_dtype", torch.int32),
+    ("draft_dtype", torch.float64),
+    ("temperature", 0.0),
+    ("temperature", float("inf")),
+    ("greedy_fraction", 2.0),
+    ("agreement", -1.0),
+    ("ragged", 1),
+    ("max_num_reqs", 3),
+    ("seed", -1),
+    ("seed", 2**32),
 ]
 
 
@@ -377,8 +428,17 @@ def test_name():
     name = Workload(placeholder_density=0.5, mode="block").name
     assert name == "R128-K4-V151936-phi0.5-trailing-block-logits"
     assert Workload(placeholder_pattern="all").name == "R128-K4-V151936-phi1-all-standard-logits"
-    name = Workload(num_reqs=8, vocab_size=V, draft="one-hot", temperature=0.6, greedy_fraction=0.5,
-                    ragged=True, max_num_reqs=16, seed=3, draft_dtype=torch.float32).name
+    name = Workload(
+        num_reqs=8,
+        vocab_size=V,
+        draft="one-hot",
+        temperature=0.6,
+        greedy_fraction=0.5,
+        ragged=True,
+        max_num_reqs=16,
+        seed=3,
+        draft_dtype=torch.float32,
+    ).name
     assert name == "R8-K4-V1000-phi0-trailing-standard-one-hot-dft_fp32-T0.6-g0.5-ragged-M16-s3"
     assert Workload(mode="greedy", temperature=0.6).name == "R128-K4-V151936-phi0-trailing-greedy-logits"
 
@@ -398,8 +458,15 @@ def test_workload_is_hashable_and_frozen():
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_cuda_matches_cpu_layout_and_is_deterministic():
-    w = small(num_reqs=64, ragged=True, placeholder_density=0.5, placeholder_pattern="random",
-              max_num_reqs=80, greedy_fraction=0.25, mode="synthetic")
+    w = small(
+        num_reqs=64,
+        ragged=True,
+        placeholder_density=0.5,
+        placeholder_pattern="random",
+        max_num_reqs=80,
+        greedy_fraction=0.25,
+        mode="synthetic",
+    )
     cpu, gpu = make_inputs(w), make_inputs(w, device="cuda")
     assert_same_inputs(gpu, make_inputs(w, device="cuda"))
     for key in LAYOUT_KEYS + ("synthetic_conditional_rates",):

@@ -19,7 +19,7 @@ from pathlib import Path
 ROOT = "vllm/v1/worker/gpu/spec_decode/rejection_sampler_utils.py"
 HELPER = "vllm/v1/worker/gpu/sample/helper.py"
 
-_HELPER_SOURCE = '''
+_HELPER_SOURCE = """
 from vllm.triton_utils import tl, triton
 
 
@@ -32,7 +32,7 @@ def _copy_kernel(src_ptr, dst_ptr, n, BLOCK: tl.constexpr):
 def copy(src, dst):
     _copy_kernel[(triton.cdiv(src.numel(), 64),)](src, dst, src.numel(), BLOCK=64)
     return dst
-'''
+"""
 
 _SIGNATURES = {
     # the MRV2 launcher's arguments after PR #50939, plus a newer one with a default
@@ -50,13 +50,18 @@ def launcher_source(signature: str = "current", *, misbehave: str = "", marker: 
     "raise-on-import", "missing-module" (imports a vllm module the tree lacks), "bad-shim" (takes
     a name the shim does not provide). ``marker`` is returned in ``MARKER``, to tell two loaded
     versions apart."""
-    imports = ["import os", "import time", "import torch", "from vllm.triton_utils import tl, triton",
-               "from vllm.v1.worker.gpu.sample.helper import copy"]  # fmt: skip
+    imports = [
+        "import os",
+        "import time",
+        "import torch",
+        "from vllm.triton_utils import tl, triton",
+        "from vllm.v1.worker.gpu.sample.helper import copy",
+    ]
     if misbehave == "missing-module":
         imports.append("from vllm.v1.worker.gpu.sample.not_there import nothing")
     if misbehave == "bad-shim":
         imports.append("from vllm.triton_utils import gluon")
-    body = f'''
+    body = f"""
 MARKER = {marker}
 if {misbehave == "raise-on-import"!r}:
     raise RuntimeError("this release cannot be imported")
@@ -79,7 +84,7 @@ def rejection_sample(target_logits, draft_logits, draft_sampled, cu_num_logits, 
                                      idx_mapping, expanded_idx_mapping, expanded_local_pos, temperature,
                                      seed, num_speculative_steps, **kwargs)
     return copy(sampled.contiguous(), torch.empty_like(sampled)), num_sampled
-'''
+"""
     return "\n".join(imports) + "\n" + textwrap.dedent(body)
 
 
@@ -108,7 +113,17 @@ def make_checkout(directory: Path, commits: list[dict[str, str]]) -> tuple[Path,
     """A git repository with one commit per tree in ``commits``; returns it and the hashes."""
     repo = Path(directory)
     repo.mkdir(parents=True, exist_ok=True)
-    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@example.invalid", "-c", "commit.gpgsign=false"]
+    git = [
+        "git",
+        "-C",
+        str(repo),
+        "-c",
+        "user.name=t",
+        "-c",
+        "user.email=t@example.invalid",
+        "-c",
+        "commit.gpgsign=false",
+    ]
     subprocess.run([*git, "init", "-q", "-b", "main"], check=True)
     shas = []
     for files in commits:
@@ -118,5 +133,7 @@ def make_checkout(directory: Path, commits: list[dict[str, str]]) -> tuple[Path,
             out.write_text(text)
         subprocess.run([*git, "add", "-A"], check=True)
         subprocess.run([*git, "commit", "-q", "-m", f"tree {len(shas)}"], check=True)
-        shas.append(subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip())
+        shas.append(
+            subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
+        )
     return repo, shas

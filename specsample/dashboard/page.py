@@ -69,9 +69,18 @@ NEWEST_CAPTION = (
 # ---------------------------------------------------------------------------------------------
 
 
-def write_index(out_dir: Path, *, machine, data: pd.DataFrame, all_data: pd.DataFrame,
-                rendered: list[Rendered], notes: list[str], changes: pd.DataFrame,
-                newest: pd.DataFrame, captions: dict) -> Path:  # fmt: skip
+def write_index(
+    out_dir: Path,
+    *,
+    machine,
+    data: pd.DataFrame,
+    all_data: pd.DataFrame,
+    rendered: list[Rendered],
+    notes: list[str],
+    changes: pd.DataFrame,
+    newest: pd.DataFrame,
+    captions: dict,
+) -> Path:
     """``out_dir/index.html``: header, newest vs previous, the ranked regressions and
     improvements over commits, the figure sections, the environment."""
     order = commit_order(data) if not data.empty else pd.DataFrame()
@@ -83,10 +92,13 @@ def write_index(out_dir: Path, *, machine, data: pd.DataFrame, all_data: pd.Data
     if others:
         header.append("other machines: " + ", ".join(others))
     sections = _sections(rendered, "index", captions)
-    links = [("#newest", "Newest vs previous"), ("#regressions", "Regressions"),
-             ("#improvements", "Improvements"),
-             *((f"#{s['id']}", s["heading"]) for s in sections),
-             ("#environment", "Environment")]  # fmt: skip
+    links = [
+        ("#newest", "Newest vs previous"),
+        ("#regressions", "Regressions"),
+        ("#improvements", "Improvements"),
+        *((f"#{s['id']}", s["heading"]) for s in sections),
+        ("#environment", "Environment"),
+    ]
     context = {
         "machine": str(machine),
         "header": header,
@@ -103,9 +115,17 @@ def write_index(out_dir: Path, *, machine, data: pd.DataFrame, all_data: pd.Data
     return _write(out_dir / PAGES["index"], "index.html", context)
 
 
-def write_releases(out_dir: Path, *, machine, rows: pd.DataFrame, rendered: list[Rendered],
-                   changes: pd.DataFrame, provenance: dict, captions: dict,
-                   notes: list[str]) -> Path:  # fmt: skip
+def write_releases(
+    out_dir: Path,
+    *,
+    machine,
+    rows: pd.DataFrame,
+    rendered: list[Rendered],
+    changes: pd.DataFrame,
+    provenance: dict,
+    captions: dict,
+    notes: list[str],
+) -> Path:
     """``out_dir/releases.html``: the placeholder change between releases, the newest release
     against ours, faults and semantics, latency over releases, changes between releases,
     provenance."""
@@ -163,8 +183,9 @@ def write_releases(out_dir: Path, *, machine, rows: pd.DataFrame, rendered: list
     return _write(out_dir / PAGES["releases"], "releases.html", context)
 
 
-def section_captions(*, data: pd.DataFrame, placeholder_change: pd.DataFrame,
-                     release_rows: pd.DataFrame) -> dict[str, str]:  # fmt: skip
+def section_captions(
+    *, data: pd.DataFrame, placeholder_change: pd.DataFrame, release_rows: pd.DataFrame
+) -> dict[str, str]:
     """The text under each figure section, with this build's numbers."""
     values = dict(CAPTION_VALUES)
     values["floor"] = changepoints.NOISE_FLOOR["commits"]
@@ -191,9 +212,14 @@ def _sections(rendered: list[Rendered], page: str, captions: dict) -> list[dict]
     for section_id, heading, on_page in SECTIONS:
         if on_page != page:
             continue
-        items = [{"note": f"Skipped “{item.spec.title}”: {item.note}." if not item.files else "",
-                  "images": [{"src": src, "alt": alt} for src, alt in item.files]}
-                 for item in rendered if item.spec.section == section_id]  # fmt: skip
+        items = [
+            {
+                "note": f"Skipped “{item.spec.title}”: {item.note}." if not item.files else "",
+                "images": [{"src": src, "alt": alt} for src, alt in item.files],
+            }
+            for item in rendered
+            if item.spec.section == section_id
+        ]
         out.append({"id": section_id, "heading": heading, "entries": items, "caption": captions.get(section_id, "")})
     return out
 
@@ -205,10 +231,11 @@ def _floor_text(dimension: str) -> str:
 
 
 def _changes_caption(dimension: str) -> str:
-    over, newest, unit = (("over commits in date order", "newest commit", "commit")
-                          if dimension == "commits" else
-                          ("less the subject, over vLLM releases in version order",
-                           "newest release", "release"))  # fmt: skip
+    over, newest, unit = (
+        ("over commits in date order", "newest commit", "commit")
+        if dimension == "commits"
+        else ("less the subject, over vLLM releases in version order", "newest release", "release")
+    )
     return CHANGES_CAPTION.format(over=over, newest=newest, unit=unit, floor=_floor_text(dimension))
 
 
@@ -221,22 +248,24 @@ def _changes_table(changes: pd.DataFrame, dimension: str, empty: str) -> dict:
         before, after = str(change["before"]), str(change["after"])
         if dimension == "commits":
             before, after = before[:8], after[:8]
-        rows.append({
-            "direction": change["direction"],
-            "change": _pct(change["change"]),
-            "interval": _interval(change["change_lo"], change["change_hi"], change["change"]),
-            "benchmark": change["benchmark"],
-            "short": _short_benchmark(change["benchmark"]),
-            "subject": _text(change.get("subject")) or "vLLM releases",
-            "point": changepoints.point_label(change, axes),
-            "range": f"{before} … {after}",
-            "levels": f"{_value(change['value_before'], change['unit'])} → "
-                      f"{_value(change['value_after'], change['unit'])}",
-            "sizes": f"{change['n_before']} / {change['n_after']}",
-            "noise": _pct(change["noise"], signed=False),
-            "threshold": _pct(change["threshold"], signed=False),
-            "also": ", ".join(m.removeprefix("track_") for m in change["also"]),
-        })  # fmt: skip
+        rows.append(
+            {
+                "direction": change["direction"],
+                "change": _pct(change["change"]),
+                "interval": _interval(change["change_lo"], change["change_hi"], change["change"]),
+                "benchmark": change["benchmark"],
+                "short": _short_benchmark(change["benchmark"]),
+                "subject": _text(change.get("subject")) or "vLLM releases",
+                "point": changepoints.point_label(change, axes),
+                "range": f"{before} … {after}",
+                "levels": f"{_value(change['value_before'], change['unit'])} → "
+                f"{_value(change['value_after'], change['unit'])}",
+                "sizes": f"{change['n_before']} / {change['n_after']}",
+                "noise": _pct(change["noise"], signed=False),
+                "threshold": _pct(change["threshold"], signed=False),
+                "also": ", ".join(m.removeprefix("track_") for m in change["also"]),
+            }
+        )
     more = len(merged) - len(shown)
     count = (
         f"{len(changes)} changes in {len(merged)} points (a point's metrics that changed alike in one row)."
@@ -271,16 +300,19 @@ def _newest_context(points: pd.DataFrame) -> dict:
         f"newest commit that measured it ({newest}) against the one before: "
         f"{regressions} worse and {improvements} better beyond the noise floor."
     )
-    rows = [{
-        "benchmark": row["benchmark"],
-        "short": _short_benchmark(row["benchmark"]),
-        "commits": f"{str(row['previous'])[:8]} → {str(row['newest'])[:8]}",
-        "points": str(row["points"]),
-        "geomean": _pct(row["geomean_change"]),
-        "range": f"{_pct(row['min_change'])} … {_pct(row['max_change'])}",
-        "regressions": str(int(row["regressions"])),
-        "improvements": str(int(row["improvements"])),
-    } for row in summary.to_dict("records")]  # fmt: skip
+    rows = [
+        {
+            "benchmark": row["benchmark"],
+            "short": _short_benchmark(row["benchmark"]),
+            "commits": f"{str(row['previous'])[:8]} → {str(row['newest'])[:8]}",
+            "points": str(row["points"]),
+            "geomean": _pct(row["geomean_change"]),
+            "range": f"{_pct(row['min_change'])} … {_pct(row['max_change'])}",
+            "regressions": str(int(row["regressions"])),
+            "improvements": str(int(row["improvements"])),
+        }
+        for row in summary.to_dict("records")
+    ]
     flagged = points[points["verdict"] != "unchanged"]
     flagged = (
         flagged.assign(_size=flagged["effect"].abs())
@@ -290,19 +322,21 @@ def _newest_context(points: pd.DataFrame) -> dict:
     flagged = sel.one_per_point(flagged, ["verdict", "previous", "newest"])
     shown = flagged.head(MAX_TABLE_ROWS)
     axes = [a for a in PARAM_COLUMNS if a != "subject"]
-    flagged_rows = [{
-        "verdict": row["verdict"],
-        "change": _pct(row["change"]),
-        "interval": _interval(row["change_lo"], row["change_hi"], row["change"]),
-        "benchmark": row["benchmark"],
-        "short": _short_benchmark(row["benchmark"]),
-        "subject": _text(row.get("subject")),
-        "point": changepoints.point_label(row, axes),
-        "levels": f"{_value(row['value_previous'], row['unit'])} → "
-                  f"{_value(row['value_newest'], row['unit'])}",
-        "threshold": _pct(row["threshold"], signed=False),
-        "also": ", ".join(m.removeprefix("track_") for m in row["also"]),
-    } for row in shown.to_dict("records")]  # fmt: skip
+    flagged_rows = [
+        {
+            "verdict": row["verdict"],
+            "change": _pct(row["change"]),
+            "interval": _interval(row["change_lo"], row["change_hi"], row["change"]),
+            "benchmark": row["benchmark"],
+            "short": _short_benchmark(row["benchmark"]),
+            "subject": _text(row.get("subject")),
+            "point": changepoints.point_label(row, axes),
+            "levels": f"{_value(row['value_previous'], row['unit'])} → {_value(row['value_newest'], row['unit'])}",
+            "threshold": _pct(row["threshold"], signed=False),
+            "also": ", ".join(m.removeprefix("track_") for m in row["also"]),
+        }
+        for row in shown.to_dict("records")
+    ]
     more = len(flagged) - len(shown)
     table = {"head": flagged_rows[:SHOWN_TABLE_ROWS], "tail": flagged_rows[SHOWN_TABLE_ROWS:]}
     changed = [r for r in rows if r["regressions"] != "0" or r["improvements"] != "0"]
@@ -385,10 +419,18 @@ def _drop_context(rows: pd.DataFrame) -> dict:
         tone = ""
         if row["beyond_noise_phi1"]:
             tone = "improvement" if row["change_phi1"] < 0 else "regression"
-        out.append({"mode": row["mode"], "draft": row["draft"], "pattern": row["placeholder_pattern"],
-                    "change_phi0": _pct(row["change_phi0"]), "change_phi1": _pct(row["change_phi1"]),
-                    "ratio_before": f"{row['phi1_over_phi0_before']:.3f}",
-                    "ratio_after": f"{row['phi1_over_phi0_after']:.3f}", "tone": tone})  # fmt: skip
+        out.append(
+            {
+                "mode": row["mode"],
+                "draft": row["draft"],
+                "pattern": row["placeholder_pattern"],
+                "change_phi0": _pct(row["change_phi0"]),
+                "change_phi1": _pct(row["change_phi1"]),
+                "ratio_before": f"{row['phi1_over_phi0_before']:.3f}",
+                "ratio_after": f"{row['phi1_over_phi0_after']:.3f}",
+                "tone": tone,
+            }
+        )
     caption = (
         f"Latency of vLLM {after} against {before} (the newest release measured before "
         f"it) at the base point, all placeholders (phi=1) and none (phi=0); "
@@ -403,10 +445,19 @@ def _versus_context(rows: pd.DataFrame) -> dict:
     if table.empty:
         return {"rows": [], "empty": "No release measured beside mrv2 or fast."}
     subjects = [c.removeprefix("ratio_") for c in table.columns if c.startswith("ratio_")]
-    out = [{"sweep": r["sweep"], "mode": r["mode"], "draft": r["draft"], "points": r["points"],
-            "cells": [{"ratio": f"{r[f'ratio_{s}']:.3f}",
-                       "range": f"{r[f'min_{s}']:.3f} … {r[f'max_{s}']:.3f}"} for s in subjects]}
-           for r in table.to_dict("records")]  # fmt: skip
+    out = [
+        {
+            "sweep": r["sweep"],
+            "mode": r["mode"],
+            "draft": r["draft"],
+            "points": r["points"],
+            "cells": [
+                {"ratio": f"{r[f'ratio_{s}']:.3f}", "range": f"{r[f'min_{s}']:.3f} … {r[f'max_{s}']:.3f}"}
+                for s in subjects
+            ],
+        }
+        for r in table.to_dict("records")
+    ]
     release = table["release"].iloc[0]
     caption = (
         f"Latency of vLLM {release} over ours at the same points, measured in the same "
@@ -455,15 +506,23 @@ def _provenance_context(provenance: dict, machine, commits: list[str]) -> tuple[
         for name in sorted(subjects, key=subject_sort_key):
             record = subjects[name] or {}
             files = record.get("files") or {}
-            rows.append({
-                "subject": name, "kind": _text(record.get("kind")) or "—",
-                "version": _text(record.get("release") or record.get("commit") or record.get("ref")
-                                 or record.get("module")) or "—",
-                "wheel": " ".join(p for p in (_text(record.get("wheel")),
-                                              _short_hash(record.get("wheel_sha256"))) if p) or "—",
-                "files": [(path, _short_hash(digest)) for path, digest in sorted(files.items())]
-                if isinstance(files, dict) else [],
-            })  # fmt: skip
+            rows.append(
+                {
+                    "subject": name,
+                    "kind": _text(record.get("kind")) or "—",
+                    "version": _text(
+                        record.get("release") or record.get("commit") or record.get("ref") or record.get("module")
+                    )
+                    or "—",
+                    "wheel": " ".join(
+                        p for p in (_text(record.get("wheel")), _short_hash(record.get("wheel_sha256"))) if p
+                    )
+                    or "—",
+                    "files": [(path, _short_hash(digest)) for path, digest in sorted(files.items())]
+                    if isinstance(files, dict)
+                    else [],
+                }
+            )
         return rows, commit[:8]
     return [], ""
 

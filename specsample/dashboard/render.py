@@ -93,8 +93,7 @@ class Rendered:
 # ---------------------------------------------------------------------------------------------
 
 
-def render_figure(spec: FigureSpec, df: pd.DataFrame, context: Context | None = None
-                  ) -> list[tuple[str, Figure]]:  # fmt: skip
+def render_figure(spec: FigureSpec, df: pd.DataFrame, context: Context | None = None) -> list[tuple[str, Figure]]:
     """Render one spec: a list of (file stem, Figure), one per ``split`` value.
 
     Raises :class:`MissingData` when no rows match the spec, a needed column is absent, or no
@@ -106,8 +105,13 @@ def render_figure(spec: FigureSpec, df: pd.DataFrame, context: Context | None = 
     return [(stem, fig) for stem, _, fig in drawn]
 
 
-def render_all(figures: Sequence[FigureSpec], frames: dict[str, pd.DataFrame],
-               context: Context, fig_dir: Path, pages: dict[str, str]) -> list[Rendered]:  # fmt: skip
+def render_all(
+    figures: Sequence[FigureSpec],
+    frames: dict[str, pd.DataFrame],
+    context: Context,
+    fig_dir: Path,
+    pages: dict[str, str],
+) -> list[Rendered]:
     """Render every spec from the frame of its page (``frames[pages[spec.section]]``) into
     ``fig_dir``; a spec without data becomes a :class:`Rendered` with a note."""
     fig_dir.mkdir(parents=True, exist_ok=True)
@@ -494,8 +498,7 @@ RENDERERS: dict[str, Callable[..., Figure]] = {
 # ---------------------------------------------------------------------------------------------
 
 
-def _change_marks(changes: pd.DataFrame, benchmark: str, spec: FigureSpec,
-                  position: dict) -> dict:  # fmt: skip
+def _change_marks(changes: pd.DataFrame, benchmark: str, spec: FigureSpec, position: dict) -> dict:
     """(facet value, row value, line value) -> {x: {direction: number of points that changed
     there}} for the changes of ``benchmark`` whose first commit (or release) at the new level,
     ``after``, is drawn."""
@@ -635,8 +638,9 @@ def _keep_noise_small(ax, drawn: list) -> None:
     ax.set_ylim(min(low, median * (1 - MIN_HALF_RANGE)), max(high, median * (1 + MIN_HALF_RANGE)))
 
 
-def _facet_axes(spec: FigureSpec, df: pd.DataFrame, *, rotated_ticks: bool = False,
-                sharey: bool = False) -> tuple[Figure, list[tuple]]:  # fmt: skip
+def _facet_axes(
+    spec: FigureSpec, df: pd.DataFrame, *, rotated_ticks: bool = False, sharey: bool = False
+) -> tuple[Figure, list[tuple]]:
     """The figure and its panels: [(ax, row value, facet value, rows), ...].
 
     With ``facet_row`` the panels form a grid (rows: facet_row, columns: facet); otherwise the
@@ -691,8 +695,9 @@ def _y_label(spec: FigureSpec) -> str:
     return f"{quantity} ({spec.unit})" if quantity else spec.unit
 
 
-def _finish(fig: Figure, spec: FigureSpec, split_value: str, panels: list, note: str = "",
-            order_subjects: bool = True) -> None:  # fmt: skip
+def _finish(
+    fig: Figure, spec: FigureSpec, split_value: str, panels: list, note: str = "", order_subjects: bool = True
+) -> None:
     """Title (wrapped to the figure's width, with the note below it) and one legend for the
     figure, below the panels, so no panel's data is hidden under it. The figure grows by the
     room extra title or legend lines need; the panels keep their size."""

@@ -276,9 +276,15 @@ def release_outcomes(rows: pd.DataFrame) -> pd.DataFrame:
         part = releases[releases["release"] == release]
         status = part["status"].value_counts()
         semantics = part["semantics"].value_counts()
-        out.append({"release": release, "subject": part["subject"].iloc[0], "points": len(part),
-                    **{s: int(status.get(s, 0)) for s in STATUSES},
-                    **{s: int(semantics.get(s, 0)) for s in OUTCOME_SEMANTICS}})  # fmt: skip
+        out.append(
+            {
+                "release": release,
+                "subject": part["subject"].iloc[0],
+                "points": len(part),
+                **{s: int(status.get(s, 0)) for s in STATUSES},
+                **{s: int(semantics.get(s, 0)) for s in OUTCOME_SEMANTICS},
+            }
+        )
     return pd.DataFrame(out, columns=columns)
 
 
@@ -298,19 +304,24 @@ def release_faults(rows: pd.DataFrame) -> pd.DataFrame:
     axes = [a for a in PARAM_COLUMNS if a != "subject"]
     rank = {r: i for i, r in enumerate(changepoints.release_order(bad["release"]))}
     bad = bad.assign(_rank=bad["release"].map(rank)).sort_values(["_rank", "sweep"], kind="stable")
-    return pd.DataFrame({
-        "release": bad["release"].to_numpy(), "sweep": bad["sweep"].to_numpy(),
-        "point": [point_label(r, axes) for r in bad.to_dict("records")],
-        "status": bad["status"].to_numpy(), "semantics": bad["semantics"].to_numpy(),
-        "reason": bad["reason"].to_numpy(),
-    })  # fmt: skip
+    return pd.DataFrame(
+        {
+            "release": bad["release"].to_numpy(),
+            "sweep": bad["sweep"].to_numpy(),
+            "point": [point_label(r, axes) for r in bad.to_dict("records")],
+            "status": bad["status"].to_numpy(),
+            "semantics": bad["semantics"].to_numpy(),
+            "reason": bad["reason"].to_numpy(),
+        }
+    )
 
 
 def placeholder_releases(rows: pd.DataFrame) -> tuple[str | None, str | None]:
     """(the newest release measured before :data:`PLACEHOLDER_CHANGE_RELEASE`, that release),
     each None when it was not measured."""
-    measured = changepoints.release_order(rows.loc[rows["status"] == "ok", "release"].dropna()) \
-        if not rows.empty else []  # fmt: skip
+    measured = (
+        changepoints.release_order(rows.loc[rows["status"] == "ok", "release"].dropna()) if not rows.empty else []
+    )
     after = PLACEHOLDER_CHANGE_RELEASE if PLACEHOLDER_CHANGE_RELEASE in measured else None
     earlier = [r for r in measured if release_key(r) < release_key(PLACEHOLDER_CHANGE_RELEASE)]
     return (earlier[-1] if earlier else None), after
@@ -387,12 +398,14 @@ def placeholder_ratio_change(change: pd.DataFrame) -> pd.DataFrame:
     )
     if (0.0 not in wide["ratio"]) or (PLACEHOLDER_HEAVY not in wide["ratio"]):
         return pd.DataFrame(columns=columns)
-    out = pd.DataFrame({
-        "change_phi0": wide["ratio"][0.0] - 1,
-        "change_phi1": wide["ratio"][PLACEHOLDER_HEAVY] - 1,
-        "phi1_over_phi0_before": wide["latency_before"][PLACEHOLDER_HEAVY] / wide["latency_before"][0.0],
-        "phi1_over_phi0_after": wide["latency_after"][PLACEHOLDER_HEAVY] / wide["latency_after"][0.0],
-    }).reset_index()  # fmt: skip
+    out = pd.DataFrame(
+        {
+            "change_phi0": wide["ratio"][0.0] - 1,
+            "change_phi1": wide["ratio"][PLACEHOLDER_HEAVY] - 1,
+            "phi1_over_phi0_before": wide["latency_before"][PLACEHOLDER_HEAVY] / wide["latency_before"][0.0],
+            "phi1_over_phi0_after": wide["latency_after"][PLACEHOLDER_HEAVY] / wide["latency_after"][0.0],
+        }
+    ).reset_index()
     heavy = ends[ends["placeholder_density"] == PLACEHOLDER_HEAVY].set_index(key)["beyond_noise"]
     out["beyond_noise_phi1"] = out.set_index(key).index.map(heavy).astype(bool)
     out["before"], out["after"] = change["before"].iloc[0], change["after"].iloc[0]
@@ -407,8 +420,7 @@ def newest_release_vs_ours(rows: pd.DataFrame, subjects=(BASELINE_SUBJECT, FASTE
     ``S`` the geomean, min and max of release / S latency (``ratio_S``, ``min_S``, ``max_S``;
     above 1: the release is slower)."""
     metric = release_metric(rows)
-    releases = changepoints.release_order(rows.loc[rows["status"] == "ok", "release"].dropna()) \
-        if metric else []  # fmt: skip
+    releases = changepoints.release_order(rows.loc[rows["status"] == "ok", "release"].dropna()) if metric else []
     if not releases:
         return pd.DataFrame()
     newest = releases[-1]

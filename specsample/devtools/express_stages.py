@@ -88,8 +88,11 @@ def run(out: Path | None, quick: bool, samples: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="python -m specsample.devtools.express_stages", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    p = argparse.ArgumentParser(
+        prog="python -m specsample.devtools.express_stages",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--out", type=Path, default=None, help="JSON of every median, rewritten after each workload")
     p.add_argument(
         "--quick", action="store_true", help="the base point only: three modes x logits at phi 0, 0.5; one-hot at phi 0"

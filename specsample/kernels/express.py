@@ -659,19 +659,51 @@ def _resample_kernel(
         if work == 0:
             return
         _block_masses(
-            resampled_mass_ptr, resampled_argmax_ptr, req * resampled_stride, num_blocks, plan_lse_ptr,
-            target_logits_ptr, target_logits_stride, draft_logits_ptr, draft_logits_stride_0, draft_logits_stride_1,
-            cu_num_logits_ptr, idx_mapping_ptr, temperature_ptr, vocab_size, req, plan, tau,
-            HAS_DRAFT_LOGITS, SUB, BLOCK,
-        )  # fmt: skip
+            resampled_mass_ptr,
+            resampled_argmax_ptr,
+            req * resampled_stride,
+            num_blocks,
+            plan_lse_ptr,
+            target_logits_ptr,
+            target_logits_stride,
+            draft_logits_ptr,
+            draft_logits_stride_0,
+            draft_logits_stride_1,
+            cu_num_logits_ptr,
+            idx_mapping_ptr,
+            temperature_ptr,
+            vocab_size,
+            req,
+            plan,
+            tau,
+            HAS_DRAFT_LOGITS,
+            SUB,
+            BLOCK,
+        )
     else:
         if work:
             _block_masses(
-                resampled_mass_ptr, resampled_argmax_ptr, req * resampled_stride, num_blocks, plan_lse_ptr,
-                target_logits_ptr, target_logits_stride, draft_logits_ptr, draft_logits_stride_0, draft_logits_stride_1,
-                cu_num_logits_ptr, idx_mapping_ptr, temperature_ptr, vocab_size, req, plan, tau,
-                HAS_DRAFT_LOGITS, SUB, BLOCK,
-            )  # fmt: skip
+                resampled_mass_ptr,
+                resampled_argmax_ptr,
+                req * resampled_stride,
+                num_blocks,
+                plan_lse_ptr,
+                target_logits_ptr,
+                target_logits_stride,
+                draft_logits_ptr,
+                draft_logits_stride_0,
+                draft_logits_stride_1,
+                cu_num_logits_ptr,
+                idx_mapping_ptr,
+                temperature_ptr,
+                vocab_size,
+                req,
+                plan,
+                tau,
+                HAS_DRAFT_LOGITS,
+                SUB,
+                BLOCK,
+            )
         # The barrier puts every thread's stores before the (release) count; the program that
         # sees NUM_PROGRAMS - 1 done before it (acquire) reads their partials past L1 (.cg).
         tl.debug_barrier()
@@ -679,21 +711,61 @@ def _resample_kernel(
         tl.debug_barrier()
         if done_before == NUM_PROGRAMS - 1:
             _insert_request(
-                sampled_ptr, sampled_stride, num_sampled_ptr, plan_block_ptr, plan_lse_ptr, plan_scale_ptr,
-                resampled_mass_ptr, resampled_argmax_ptr, req * resampled_stride, num_blocks,
-                target_logits_ptr, target_logits_stride, draft_logits_ptr, draft_logits_stride_0, draft_logits_stride_1,
-                draft_sampled_ptr, pos_ptr, cu_num_logits_ptr, idx_mapping_ptr, temperature_ptr, seed_ptr, vocab_size,
-                req, plan, tau, HAS_DRAFT_LOGITS, NB_P2, BLOCK, ".cg",
-            )  # fmt: skip
+                sampled_ptr,
+                sampled_stride,
+                num_sampled_ptr,
+                plan_block_ptr,
+                plan_lse_ptr,
+                plan_scale_ptr,
+                resampled_mass_ptr,
+                resampled_argmax_ptr,
+                req * resampled_stride,
+                num_blocks,
+                target_logits_ptr,
+                target_logits_stride,
+                draft_logits_ptr,
+                draft_logits_stride_0,
+                draft_logits_stride_1,
+                draft_sampled_ptr,
+                pos_ptr,
+                cu_num_logits_ptr,
+                idx_mapping_ptr,
+                temperature_ptr,
+                seed_ptr,
+                vocab_size,
+                req,
+                plan,
+                tau,
+                HAS_DRAFT_LOGITS,
+                NB_P2,
+                BLOCK,
+                ".cg",
+            )
 
 
 @triton.jit
 def _block_masses(
-    resampled_mass_ptr, resampled_argmax_ptr, base, num_blocks, plan_lse_ptr,
-    target_logits_ptr, target_logits_stride, draft_logits_ptr, draft_logits_stride_0, draft_logits_stride_1,
-    cu_num_logits_ptr, idx_mapping_ptr, temperature_ptr, vocab_size, req, plan, tau,
-    HAS_DRAFT_LOGITS: tl.constexpr, SUB: tl.constexpr, BLOCK: tl.constexpr,
-):  # fmt: skip
+    resampled_mass_ptr,
+    resampled_argmax_ptr,
+    base,
+    num_blocks,
+    plan_lse_ptr,
+    target_logits_ptr,
+    target_logits_stride,
+    draft_logits_ptr,
+    draft_logits_stride_0,
+    draft_logits_stride_1,
+    cu_num_logits_ptr,
+    idx_mapping_ptr,
+    temperature_ptr,
+    vocab_size,
+    req,
+    plan,
+    tau,
+    HAS_DRAFT_LOGITS: tl.constexpr,
+    SUB: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
     # One [SUB, BLOCK] tile of the resample row: per sampling block its log-mass (fp64) or, for a
     # greedy bonus row, its max and first argmax, at [R, nb] offset ``base``.
     slot = tl.load(idx_mapping_ptr + req).to(tl.int64)
@@ -760,22 +832,70 @@ def _insert_kernel(
 ):
     req = tl.program_id(0).to(tl.int64)
     _insert_request(
-        sampled_ptr, sampled_stride, num_sampled_ptr, plan_block_ptr, plan_lse_ptr, plan_scale_ptr,
-        resampled_mass_ptr, resampled_argmax_ptr, req * resampled_stride, num_blocks,
-        target_logits_ptr, target_logits_stride, draft_logits_ptr, draft_logits_stride_0, draft_logits_stride_1,
-        draft_sampled_ptr, pos_ptr, cu_num_logits_ptr, idx_mapping_ptr, temperature_ptr, seed_ptr, vocab_size,
-        req, tl.load(plan_ptr + req), tl.load(num_sampled_ptr + req).to(tl.int64), HAS_DRAFT_LOGITS, NB_P2, BLOCK, "",
-    )  # fmt: skip
+        sampled_ptr,
+        sampled_stride,
+        num_sampled_ptr,
+        plan_block_ptr,
+        plan_lse_ptr,
+        plan_scale_ptr,
+        resampled_mass_ptr,
+        resampled_argmax_ptr,
+        req * resampled_stride,
+        num_blocks,
+        target_logits_ptr,
+        target_logits_stride,
+        draft_logits_ptr,
+        draft_logits_stride_0,
+        draft_logits_stride_1,
+        draft_sampled_ptr,
+        pos_ptr,
+        cu_num_logits_ptr,
+        idx_mapping_ptr,
+        temperature_ptr,
+        seed_ptr,
+        vocab_size,
+        req,
+        tl.load(plan_ptr + req),
+        tl.load(num_sampled_ptr + req).to(tl.int64),
+        HAS_DRAFT_LOGITS,
+        NB_P2,
+        BLOCK,
+        "",
+    )
 
 
 @triton.jit
 def _insert_request(
-    sampled_ptr, sampled_stride, num_sampled_ptr, plan_block_ptr, plan_lse_ptr, plan_scale_ptr,
-    resampled_mass_ptr, resampled_argmax_ptr, base, num_blocks,
-    target_logits_ptr, target_logits_stride, draft_logits_ptr, draft_logits_stride_0, draft_logits_stride_1,
-    draft_sampled_ptr, pos_ptr, cu_num_logits_ptr, idx_mapping_ptr, temperature_ptr, seed_ptr, vocab_size,
-    req, plan, tau, HAS_DRAFT_LOGITS: tl.constexpr, NB_P2: tl.constexpr, BLOCK: tl.constexpr, CACHE: tl.constexpr,
-):  # fmt: skip
+    sampled_ptr,
+    sampled_stride,
+    num_sampled_ptr,
+    plan_block_ptr,
+    plan_lse_ptr,
+    plan_scale_ptr,
+    resampled_mass_ptr,
+    resampled_argmax_ptr,
+    base,
+    num_blocks,
+    target_logits_ptr,
+    target_logits_stride,
+    draft_logits_ptr,
+    draft_logits_stride_0,
+    draft_logits_stride_1,
+    draft_sampled_ptr,
+    pos_ptr,
+    cu_num_logits_ptr,
+    idx_mapping_ptr,
+    temperature_ptr,
+    seed_ptr,
+    vocab_size,
+    req,
+    plan,
+    tau,
+    HAS_DRAFT_LOGITS: tl.constexpr,
+    NB_P2: tl.constexpr,
+    BLOCK: tl.constexpr,
+    CACHE: tl.constexpr,
+):
     # The token of row c_r + tau, then num_sampled = tau + 1. Greedy bonus row: the first block
     # whose max is largest (NaN as -inf), its argmax. Sampled plans: level 1 over the resample
     # pass's log-masses (target, residual) unless the rejection kernel drew it (one-hot, block
@@ -790,8 +910,9 @@ def _insert_request(
         position = tl.load(pos_ptr + row)
         if (plan == PLAN_TARGET) | (plan == PLAN_RESIDUAL):
             offs = tl.arange(0, NB_P2)
-            log_mass = tl.load(resampled_mass_ptr + base + offs, mask=offs < num_blocks, other=float("-inf"),
-                               cache_modifier=CACHE)  # fmt: skip
+            log_mass = tl.load(
+                resampled_mass_ptr + base + offs, mask=offs < num_blocks, other=float("-inf"), cache_modifier=CACHE
+            )
             big = tl.max(log_mass, 0)
             w = tl.where(log_mass == float("-inf"), 0.0, tl.exp(log_mass - big))
             block, _ = _pick(w, _row_uniform(seed, position), NB_P2)

@@ -59,6 +59,7 @@ from triton.language.extra import libdevice
 from . import mrv2
 from .mrv2 import MIN_UNIFORM, _log1m, _resampled_token
 
+
 @dataclass(frozen=True)
 class Config:
     """Tunables of the fast pipeline; :func:`default_config` picks one by batch size, from
@@ -239,7 +240,9 @@ def _stats_kernel(
             if EARLY_DRAFT_LOAD:
                 y = y_early.to(tl.float32) / temperature
             else:
-                d_ptrs = draft_logits_ptr + slot * draft_logits_stride_0 + j[:, None].to(tl.int64) * draft_logits_stride_1
+                d_ptrs = (
+                    draft_logits_ptr + slot * draft_logits_stride_0 + j[:, None].to(tl.int64) * draft_logits_stride_1
+                )
                 y = tl.load(d_ptrs + offs[None, :], mask=read[:, None] & vmask[None, :], other=float("-inf"))
                 y = y.to(tl.float32) / temperature
             y = tl.where(y != y, float("-inf"), y)
@@ -324,7 +327,9 @@ def _residual_mass_kernel(
     d_lse = _rows_lse(draft_local_max_ptr, draft_local_sumexp_ptr, rows, read, local_stride, num_blocks, NUM_BLOCKS_P2)
     offs = block * BLOCK_V + tl.arange(0, BLOCK_V)
     mask = read[:, None] & (offs < vocab_size)[None, :]
-    x = tl.load(target_logits_ptr + rows[:, None] * target_logits_stride + offs[None, :], mask=mask, other=float("-inf"))
+    x = tl.load(
+        target_logits_ptr + rows[:, None] * target_logits_stride + offs[None, :], mask=mask, other=float("-inf")
+    )
     d_ptrs = draft_logits_ptr + slot * draft_logits_stride_0 + j[:, None].to(tl.int64) * draft_logits_stride_1
     y = tl.load(d_ptrs + offs[None, :], mask=mask, other=float("-inf")).to(tl.float32) / temperature
     res = tl.maximum(p_prev[:, None] * tl.exp(x.to(tl.float32) - lse[:, None]) - tl.exp(y - d_lse[:, None]), 0.0)
@@ -398,23 +403,69 @@ def _resample_kernel(
         if (temperature == 0.0) & (is_bonus == 0):
             return  # greedy already stored the argmax at the rejected slot
         _resample_span(
-            resampled_local_argmax_ptr, resampled_local_max_ptr, req * resampled_stride + span,
-            target_rejected_lse_ptr, draft_rejected_lse_ptr, target_logits_ptr, target_logits_stride,
-            draft_logits_ptr, draft_logits_stride_0, draft_logits_stride_1, draft_sampled_ptr, pos_ptr,
-            cumulative_log_p_ptr, seed_ptr, req, slot, end, tau, row, is_bonus, temperature, span, vocab_size,
-            HAS_DRAFT_LOGITS, USE_BLOCK_VERIFICATION, FAST_LOG, BLOCK_V, BLOCKS,
-        )  # fmt: skip
+            resampled_local_argmax_ptr,
+            resampled_local_max_ptr,
+            req * resampled_stride + span,
+            target_rejected_lse_ptr,
+            draft_rejected_lse_ptr,
+            target_logits_ptr,
+            target_logits_stride,
+            draft_logits_ptr,
+            draft_logits_stride_0,
+            draft_logits_stride_1,
+            draft_sampled_ptr,
+            pos_ptr,
+            cumulative_log_p_ptr,
+            seed_ptr,
+            req,
+            slot,
+            end,
+            tau,
+            row,
+            is_bonus,
+            temperature,
+            span,
+            vocab_size,
+            HAS_DRAFT_LOGITS,
+            USE_BLOCK_VERIFICATION,
+            FAST_LOG,
+            BLOCK_V,
+            BLOCKS,
+        )
     else:
         # A greedy request's rejected slot already holds the argmax: only the bonus row is sampled
         sampling = (temperature != 0.0) | is_bonus
         if sampling:
             _resample_span(
-                resampled_local_argmax_ptr, resampled_local_max_ptr, req * resampled_stride + span,
-                target_rejected_lse_ptr, draft_rejected_lse_ptr, target_logits_ptr, target_logits_stride,
-                draft_logits_ptr, draft_logits_stride_0, draft_logits_stride_1, draft_sampled_ptr, pos_ptr,
-                cumulative_log_p_ptr, seed_ptr, req, slot, end, tau, row, is_bonus, temperature, span, vocab_size,
-                HAS_DRAFT_LOGITS, USE_BLOCK_VERIFICATION, FAST_LOG, BLOCK_V, BLOCKS,
-            )  # fmt: skip
+                resampled_local_argmax_ptr,
+                resampled_local_max_ptr,
+                req * resampled_stride + span,
+                target_rejected_lse_ptr,
+                draft_rejected_lse_ptr,
+                target_logits_ptr,
+                target_logits_stride,
+                draft_logits_ptr,
+                draft_logits_stride_0,
+                draft_logits_stride_1,
+                draft_sampled_ptr,
+                pos_ptr,
+                cumulative_log_p_ptr,
+                seed_ptr,
+                req,
+                slot,
+                end,
+                tau,
+                row,
+                is_bonus,
+                temperature,
+                span,
+                vocab_size,
+                HAS_DRAFT_LOGITS,
+                USE_BLOCK_VERIFICATION,
+                FAST_LOG,
+                BLOCK_V,
+                BLOCKS,
+            )
         # ---- insert, by the last of the request's programs to count itself done: the barrier
         # puts every thread's partial stores before the (release) count; the one that sees
         # num_spans - 1 programs done before it (acquire) reads their partials past L1.
@@ -423,21 +474,49 @@ def _resample_kernel(
         tl.debug_barrier()
         if done_before == num_spans - 1:
             if sampling:
-                token = _resampled_token(resampled_local_argmax_ptr, resampled_local_max_ptr, req * resampled_stride,
-                                         num_spans, NUM_SPANS_P2, ".cg")  # fmt: skip
+                token = _resampled_token(
+                    resampled_local_argmax_ptr,
+                    resampled_local_max_ptr,
+                    req * resampled_stride,
+                    num_spans,
+                    NUM_SPANS_P2,
+                    ".cg",
+                )
                 tl.store(sampled_ptr + req * sampled_stride + tau, token)
             tl.store(num_sampled_ptr + req, (tau + 1).to(tl.int32))
 
 
 @triton.jit
 def _resample_span(
-    resampled_local_argmax_ptr, resampled_local_max_ptr, out,
-    target_rejected_lse_ptr, draft_rejected_lse_ptr, target_logits_ptr, target_logits_stride,
-    draft_logits_ptr, draft_logits_stride_0, draft_logits_stride_1, draft_sampled_ptr, pos_ptr,
-    cumulative_log_p_ptr, seed_ptr, req, slot, end, tau, row, is_bonus, temperature, span, vocab_size,
-    HAS_DRAFT_LOGITS: tl.constexpr, USE_BLOCK_VERIFICATION: tl.constexpr, FAST_LOG: tl.constexpr,
-    BLOCK_V: tl.constexpr, BLOCKS: tl.constexpr,
-):  # fmt: skip
+    resampled_local_argmax_ptr,
+    resampled_local_max_ptr,
+    out,
+    target_rejected_lse_ptr,
+    draft_rejected_lse_ptr,
+    target_logits_ptr,
+    target_logits_stride,
+    draft_logits_ptr,
+    draft_logits_stride_0,
+    draft_logits_stride_1,
+    draft_sampled_ptr,
+    pos_ptr,
+    cumulative_log_p_ptr,
+    seed_ptr,
+    req,
+    slot,
+    end,
+    tau,
+    row,
+    is_bonus,
+    temperature,
+    span,
+    vocab_size,
+    HAS_DRAFT_LOGITS: tl.constexpr,
+    USE_BLOCK_VERIFICATION: tl.constexpr,
+    FAST_LOG: tl.constexpr,
+    BLOCK_V: tl.constexpr,
+    BLOCKS: tl.constexpr,
+):
     # One program's partial: the Gumbel-max over its BLOCKS blocks of the resample row, stored at
     # [R, rb] offset ``out``.
     rejected = tl.load(draft_sampled_ptr + row + 1, mask=row + 1 < end, other=0).to(tl.int64)
@@ -642,4 +721,3 @@ class Pipeline(mrv2.Pipeline):
 def launch(*args, config: Config | None = None, **kwargs) -> tuple[torch.Tensor, torch.Tensor]:
     """Allocate and run one fast :class:`Pipeline` (the arguments of ``mrv2.launch``)."""
     return Pipeline(*args, config=config, **kwargs).run()
-

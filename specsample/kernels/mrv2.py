@@ -238,10 +238,14 @@ def _cumulative_log_p_kernel(
         if valid:
             # The replica clamps -1 to token 0 where upstream read index -1 out of bounds.
             token = tl.maximum(token, 0)
-            lse = _global_lse(target_local_max_ptr, target_local_sumexp_ptr, row, local_stride, num_blocks, NUM_BLOCKS_P2)
+            lse = _global_lse(
+                target_local_max_ptr, target_local_sumexp_ptr, row, local_stride, num_blocks, NUM_BLOCKS_P2
+            )
             lp = tl.load(target_logits_ptr + row * target_logits_stride + token).to(tl.float32) - lse
             if HAS_DRAFT_LOGITS:
-                d_lse = _global_lse(draft_local_max_ptr, draft_local_sumexp_ptr, row, local_stride, num_blocks, NUM_BLOCKS_P2)
+                d_lse = _global_lse(
+                    draft_local_max_ptr, draft_local_sumexp_ptr, row, local_stride, num_blocks, NUM_BLOCKS_P2
+                )
                 d_ptr = draft_logits_ptr + slot * draft_logits_stride_0 + step * draft_logits_stride_1
                 lq = tl.load(d_ptr + token).to(tl.float32) / temperature - d_lse
             else:
@@ -405,7 +409,9 @@ def _rejection_kernel(
             # Greedy is not short-circuited: at a placeholder it still stores the argmax,
             # because a greedy rejection is never resampled (spec 5.1).
             if verifying:
-                best = _global_argmax(target_local_argmax_ptr, target_local_max_ptr, row, local_stride, num_blocks, NUM_BLOCKS_P2)
+                best = _global_argmax(
+                    target_local_argmax_ptr, target_local_max_ptr, row, local_stride, num_blocks, NUM_BLOCKS_P2
+                )
                 if SYNTHETIC_MODE:
                     u = _uniform(seed, tl.load(pos_ptr + row))
                     accepted = u < tl.load(synthetic_conditional_rates_ptr + step)
@@ -443,7 +449,12 @@ def _rejection_kernel(
                         else:
                             # One-hot: sum_x max(pi*M_b(x) - delta_d(x), 0) = pi*(1 - M_b(d)).
                             lse_next = _global_lse(
-                                target_local_max_ptr, target_local_sumexp_ptr, row + 1, local_stride, num_blocks, NUM_BLOCKS_P2
+                                target_local_max_ptr,
+                                target_local_sumexp_ptr,
+                                row + 1,
+                                local_stride,
+                                num_blocks,
+                                NUM_BLOCKS_P2,
                             )
                             x_next = tl.load(target_logits_ptr + (row + 1) * target_logits_stride + nxt).to(tl.float32)
                             z = pi * (1.0 - tl.exp(x_next - lse_next))
@@ -646,14 +657,21 @@ def _insert_kernel(
     temperature = tl.load(temperature_ptr + slot)
     if (temperature == 0.0) & (is_bonus == 0):
         return
-    token = _resampled_token(resampled_local_argmax_ptr, resampled_local_max_ptr, req * resampled_stride,
-                             num_resample_blocks, NUM_RESAMPLE_BLOCKS_P2, "")  # fmt: skip
+    token = _resampled_token(
+        resampled_local_argmax_ptr,
+        resampled_local_max_ptr,
+        req * resampled_stride,
+        num_resample_blocks,
+        NUM_RESAMPLE_BLOCKS_P2,
+        "",
+    )
     tl.store(sampled_ptr + req * sampled_stride + tau, token)
 
 
 @triton.jit
-def _resampled_token(local_argmax_ptr, local_max_ptr, offset, num_blocks, NUM_BLOCKS_P2: tl.constexpr,
-                     CACHE: tl.constexpr):  # fmt: skip
+def _resampled_token(
+    local_argmax_ptr, local_max_ptr, offset, num_blocks, NUM_BLOCKS_P2: tl.constexpr, CACHE: tl.constexpr
+):
     # The token of the first block whose maximum is largest; NaN maxima count as -inf (spec 3.7).
     offs = tl.arange(0, NUM_BLOCKS_P2)
     m = tl.load(local_max_ptr + offset + offs, mask=offs < num_blocks, other=float("-inf"), cache_modifier=CACHE)
@@ -724,7 +742,11 @@ class Pipeline:
         self.cu_num_logits, self.pos, self.idx_mapping = cu_num_logits, pos, idx_mapping
         self.expanded_idx_mapping, self.expanded_local_pos = expanded_idx_mapping, expanded_local_pos
         self.temperature, self.seed, self.k = temperature, seed, num_speculative_steps
-        self.use_fp64, self.use_block_verification, self.placeholder_fix = use_fp64, use_block_verification, placeholder_fix
+        self.use_fp64, self.use_block_verification, self.placeholder_fix = (
+            use_fp64,
+            use_block_verification,
+            placeholder_fix,
+        )
         self.num_logits, vocab_size = target_logits.shape
         self.num_reqs = idx_mapping.shape[0]
         self.has_draft_logits = draft_logits is not None
@@ -739,7 +761,9 @@ class Pipeline:
             raise ValueError(f"log1p: expected 'series' or 'libdevice', got {log1p!r}")
         self.nan_guard, self.fused_reduction = nan_guard, fused_reduction
         # libdevice cannot run under Triton's interpreter: the series stands in there
-        self.libdevice_log1p = log1p == "libdevice" and device.type == "cuda" and os.environ.get("TRITON_INTERPRET") != "1"
+        self.libdevice_log1p = (
+            log1p == "libdevice" and device.type == "cuda" and os.environ.get("TRITON_INTERPRET") != "1"
+        )
         self.resample_block_size = resample_block_size
         self.num_blocks = triton.cdiv(vocab_size, vocab_block_size)
         self.num_blocks_p2 = triton.next_power_of_2(self.num_blocks)

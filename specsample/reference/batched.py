@@ -123,8 +123,10 @@ def rejection_sample(
     if draft_logits is not None:
         vocab = min(vocab, draft_logits.shape[-1])
     if num_reqs == 0:
-        return (torch.full((0, k + 1), PLACEHOLDER_TOKEN_ID, dtype=i64, device=device),
-                torch.zeros(0, dtype=torch.int32, device=device))  # fmt: skip
+        return (
+            torch.full((0, k + 1), PLACEHOLDER_TOKEN_ID, dtype=i64, device=device),
+            torch.zeros(0, dtype=torch.int32, device=device),
+        )
     target = target_logits[:, :vocab]
 
     # ---- layout: [R, K + 1] row indices and [R, K] padded drafts
@@ -178,9 +180,20 @@ def rejection_sample(
     cum_log_p = None
     if use_block_verification:
         tau_sampled, cum_log_p = _block_verify(
-            target, draft_logits, rows, slot, temp_div, row_lse, draft_lse, lp, lq, u,
-            num_valid, before_placeholder, vocab,
-        )  # fmt: skip
+            target,
+            draft_logits,
+            rows,
+            slot,
+            temp_div,
+            row_lse,
+            draft_lse,
+            lp,
+            lq,
+            u,
+            num_valid,
+            before_placeholder,
+            vocab,
+        )
     else:
         if rates is not None:
             accept = u < rates
@@ -199,9 +212,22 @@ def rejection_sample(
     rejected = drafts_pad.gather(1, tau_col).squeeze(1)  # the rejected draft, or -1
     gseed = row_words.gather(1, tau_col).squeeze(1)
     sampled_token = _resample(
-        target, draft_logits, resample_row, rejected, ~greedy & (rejected >= 0), gseed, slot,
-        tau, temp_div, row_lse, draft_lse, cum_log_p, vocab, k, use_fp64,
-    )  # fmt: skip
+        target,
+        draft_logits,
+        resample_row,
+        rejected,
+        ~greedy & (rejected >= 0),
+        gseed,
+        slot,
+        tau,
+        temp_div,
+        row_lse,
+        draft_lse,
+        cum_log_p,
+        vocab,
+        k,
+        use_fp64,
+    )
     token = torch.where(greedy, row_argmax[resample_row], sampled_token)
 
     sampled = torch.where(cols < tau_col, drafts_pad, PLACEHOLDER_TOKEN_ID)
@@ -219,8 +245,9 @@ def _num_leading_true(mask: torch.Tensor) -> torch.Tensor:
     return torch.cumprod(mask.to(torch.int32), dim=1).sum(dim=1)
 
 
-def _block_verify(target, draft_logits, rows, slot, temp_div, row_lse, draft_lse, lp, lq, u,
-                  num_valid, before_placeholder, vocab):  # fmt: skip
+def _block_verify(
+    target, draft_logits, rows, slot, temp_div, row_lse, draft_lse, lp, lq, u, num_valid, before_placeholder, vocab
+):
     """Block verification (Sun et al., Alg. 2) of every request over its valid drafts.
 
     Returns ``tau [R]`` (``max{i + 1 : u_i <= h_i, i < m}``, 0 if none) and
@@ -315,8 +342,23 @@ def _residual_mass(target, draft_logits, rows, slot, temp_div, row_lse, draft_ls
     return out
 
 
-def _resample(target, draft_logits, resample_row, rejected, residual, gseed, slot, tau, temp_div,
-              row_lse, draft_lse, cum_log_p, vocab, k, use_fp64):  # fmt: skip
+def _resample(
+    target,
+    draft_logits,
+    resample_row,
+    rejected,
+    residual,
+    gseed,
+    slot,
+    tau,
+    temp_div,
+    row_lse,
+    draft_lse,
+    cum_log_p,
+    vocab,
+    k,
+    use_fp64,
+):
     """Gumbel-max sample of each request's row ``c + tau``, ``[R]`` int64.
 
     ``rho`` is the plain target row at the bonus row or a placeholder (``residual`` False), and

@@ -170,8 +170,9 @@ def _split(value: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return hi, (value - hi.double()).float()
 
 
-def residual(x: torch.Tensor, y: torch.Tensor, target_lse: torch.Tensor, draft_lse: torch.Tensor,
-             scale: torch.Tensor) -> torch.Tensor:  # fmt: skip
+def residual(
+    x: torch.Tensor, y: torch.Tensor, target_lse: torch.Tensor, draft_lse: torch.Tensor, scale: torch.Tensor
+) -> torch.Tensor:
     """``max(scale * p - q, 0)`` per entry in fp32, ``p = exp(x - L_t)``, ``q = exp(y - L_d)``,
     the fp64 LSEs (0-d) subtracted as fp32 hi + lo; NaN (an all ``-inf`` row) becomes 0."""
     t_hi, t_lo = _split(target_lse)
@@ -335,8 +336,9 @@ def rejection_sample(
     return sampled, num_sampled
 
 
-def _greedy(target: torch.Tensor, drafts: list[int], u: torch.Tensor, rates: torch.Tensor | None,
-            n: int) -> tuple[int, torch.Tensor]:  # fmt: skip
+def _greedy(
+    target: torch.Tensor, drafts: list[int], u: torch.Tensor, rates: torch.Tensor | None, n: int
+) -> tuple[int, torch.Tensor]:
     """mrv2's greedy path: the first argmax at each row (NaN as -inf); at a placeholder the argmax
     is stored and the step rejected; the bonus row (all accepted) is a plain argmax."""
     argmax = nan_safe_argmax(target)
@@ -397,8 +399,9 @@ def _block_verify(target, y, t_lse, d_lse, lp, lq, d, u, m, v):
     return tau, cum_log_p, cand, mass
 
 
-def _one_hot_residual(x: torch.Tensor, t_max: torch.Tensor, t_sum: torch.Tensor, rejected: int,
-                      u_row: torch.Tensor, v: torch.Tensor) -> torch.Tensor:  # fmt: skip
+def _one_hot_residual(
+    x: torch.Tensor, t_max: torch.Tensor, t_sum: torch.Tensor, rejected: int, u_row: torch.Tensor, v: torch.Tensor
+) -> torch.Tensor:
     """p without the rejected draft: level 1 from the stats partials (d's own term removed from
     its block's sum-exp), then level 2 inside the chosen block only."""
     d_block = rejected // SAMPLE_BLOCK

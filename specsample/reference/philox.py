@@ -169,9 +169,7 @@ def randint4x(
     return philox4x32(seed, offset.to(torch.int64), hi, n_rounds=n_rounds)
 
 
-def randint(
-    seed: torch.Tensor | int, offset: torch.Tensor, *, n_rounds: int = _N_ROUNDS
-) -> torch.Tensor:
+def randint(seed: torch.Tensor | int, offset: torch.Tensor, *, n_rounds: int = _N_ROUNDS) -> torch.Tensor:
     """Emulate ``tl.randint(seed, offset)``: word 0 of :func:`randint4x`.
 
     Returns

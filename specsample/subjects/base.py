@@ -100,8 +100,10 @@ class Subject:
         if w.greedy_fraction not in (0.0, 1.0) and not c.mixed_temperature:
             return f"{self.name} does not support mixed temperatures in one batch"
         if w.draft == "logits" and w.temperature != 1.0 and w.mode != "greedy" and not c.tempered_draft_logits:
-            return (f"{self.name}: its draft-logits temperature convention is not known, so it runs "
-                    f"draft logits at T = 1 only, not T = {w.temperature:g}")  # fmt: skip
+            return (
+                f"{self.name}: its draft-logits temperature convention is not known, so it runs "
+                f"draft logits at T = 1 only, not T = {w.temperature:g}"
+            )
         return None
 
     def check(self, w: Workload) -> None:

@@ -52,15 +52,19 @@ def repository() -> Path:
     try:
         top = subprocess.run(["git", "rev-parse", "--show-toplevel"], capture_output=True, text=True, check=True)
     except (OSError, subprocess.CalledProcessError):
-        raise SubjectError("NAME@COMMIT needs a git checkout of specsample: set $SPECSAMPLE_REPO or run "
-                           "inside one") from None  # fmt: skip
+        raise SubjectError(
+            "NAME@COMMIT needs a git checkout of specsample: set $SPECSAMPLE_REPO or run inside one"
+        ) from None
     return Path(top.stdout.strip())
 
 
 def resolve_commit(repo: Path, rev: str) -> str:
     """The full hash of ``rev`` in ``repo``; ``SubjectError`` naming it when it is not a commit."""
-    proc = subprocess.run(["git", "-C", str(repo), "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}"],
-                          capture_output=True, text=True)  # fmt: skip
+    proc = subprocess.run(
+        ["git", "-C", str(repo), "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}"],
+        capture_output=True,
+        text=True,
+    )
     if proc.returncode != 0:
         raise SubjectError(f"{rev!r} is not a commit of {repo}")
     return proc.stdout.strip()
@@ -73,11 +77,11 @@ def extract(repo: Path, sha: str) -> Path:
     with FileLock(str(dest) + ".lock"):
         if (dest / PACKAGE / "__init__.py").is_file():
             return dest
-        proc = subprocess.run(["git", "-C", str(repo), "archive", "--format=tar", sha, PACKAGE],
-                              capture_output=True)  # fmt: skip
+        proc = subprocess.run(["git", "-C", str(repo), "archive", "--format=tar", sha, PACKAGE], capture_output=True)
         if proc.returncode != 0:
-            raise SubjectError(f"commit {sha[:8]} of {repo} has no {PACKAGE}/ package: "
-                               f"{proc.stderr.decode(errors='replace').strip()}")  # fmt: skip
+            raise SubjectError(
+                f"commit {sha[:8]} of {repo} has no {PACKAGE}/ package: {proc.stderr.decode(errors='replace').strip()}"
+            )
         tmp = dest.with_name(dest.name + ".tmp")
         with tarfile.open(fileobj=io.BytesIO(proc.stdout)) as tar:
             tar.extractall(tmp, filter="data")
@@ -182,16 +186,20 @@ def load_checkout(root: str | Path, commit: str | None = None) -> Checkout:
                     raise
                 importlib.import_module(f"{PACKAGE}.variants")
         except ModuleNotFoundError as exc:
-            raise SubjectError(f"{where}: {exc}; measuring a commit needs its specsample.subjects (or "
-                               f"specsample.variants) registry and specsample.workloads") from exc  # fmt: skip
+            raise SubjectError(
+                f"{where}: {exc}; measuring a commit needs its specsample.subjects (or "
+                f"specsample.variants) registry and specsample.workloads"
+            ) from exc
         except Exception as exc:
             raise SubjectError(f"{where}: importing specsample failed: {type(exc).__name__}: {exc}") from exc
     registry = checkout.registry
     get = getattr(registry, "get", None)
     prepare = getattr(getattr(registry, "Subject", None) or getattr(registry, "Variant", None), "prepare", None)
     if not callable(get) or prepare is None or "inputs" not in inspect.signature(prepare).parameters:
-        raise SubjectError(f"{where}: its registry lacks get(name) / prepare(w, inputs=...), which is how "
-                           f"both sides of a comparison get the same inputs")  # fmt: skip
+        raise SubjectError(
+            f"{where}: its registry lacks get(name) / prepare(w, inputs=...), which is how "
+            f"both sides of a comparison get the same inputs"
+        )
     return checkout
 
 
@@ -252,12 +260,18 @@ def _checkout_subject(checkout: Checkout, base: str, label: str) -> Subject:
         w_side = side_workload(w, workload_cls)
         with checkout.active():
             prepared = inner.prepare(w_side, device=device, inputs=inputs)
-        return PreparedCall(_ActiveCall(prepared.call, checkout), prepared.finish,
-                            getattr(prepared, "graph_capturable", True))  # fmt: skip
+        return PreparedCall(
+            _ActiveCall(prepared.call, checkout), prepared.finish, getattr(prepared, "graph_capturable", True)
+        )
 
-    subject = _CommitSubject(label, f"{base} at commit {checkout.commit[:8]}", Capabilities(),
-                             prepare_inputs=lambda inputs: None, needs_cuda=getattr(inner, "needs_cuda", True),
-                             provenance={"kind": "ours@commit", "subject": base, "commit": checkout.commit})  # fmt: skip
+    subject = _CommitSubject(
+        label,
+        f"{base} at commit {checkout.commit[:8]}",
+        Capabilities(),
+        prepare_inputs=lambda inputs: None,
+        needs_cuda=getattr(inner, "needs_cuda", True),
+        provenance={"kind": "ours@commit", "subject": base, "commit": checkout.commit},
+    )
     subject._unsupported, subject._prepare = unsupported, prepare
     return subject
 

@@ -61,14 +61,16 @@ def _prepare(inputs: dict, *, kernel_only: bool) -> PreparedCall:
         target_probs, draft_probs = _probs(inputs)
 
         def call():
-            return fs.chain_speculative_sampling(draft_probs, draft_ids, target_probs, accepted, emitted,
-                                                 seed=seed, offset=0)  # fmt: skip
+            return fs.chain_speculative_sampling(
+                draft_probs, draft_ids, target_probs, accepted, emitted, seed=seed, offset=0
+            )
     else:
 
         def call():
             target_probs, draft_probs = _probs(inputs)
-            return fs.chain_speculative_sampling(draft_probs, draft_ids, target_probs, accepted, emitted,
-                                                 seed=seed, offset=0)  # fmt: skip
+            return fs.chain_speculative_sampling(
+                draft_probs, draft_ids, target_probs, accepted, emitted, seed=seed, offset=0
+            )
 
     return PreparedCall(call, _finish)
 
@@ -81,14 +83,25 @@ def _provenance() -> dict:
     return {"kind": "peer", "package": "flashinfer-python", "version": version}
 
 
-_CAPABILITIES = Capabilities(modes=("standard",), drafts=("logits",), placeholders=False, ragged=False,
-                             mixed_temperature=False)  # fmt: skip
+_CAPABILITIES = Capabilities(
+    modes=("standard",), drafts=("logits",), placeholders=False, ragged=False, mixed_temperature=False
+)
 
 SUBJECTS = (
-    Subject("flashinfer", "FlashInfer chain_speculative_sampling from logits (softmaxes included)",
-            _CAPABILITIES, functools.partial(_prepare, kernel_only=False), _unavailable,
-            provenance=_provenance()),
-    Subject("flashinfer-kernel", "FlashInfer chain_speculative_sampling alone, from probabilities",
-            _CAPABILITIES, functools.partial(_prepare, kernel_only=True), _unavailable,
-            provenance=_provenance()),
-)  # fmt: skip
+    Subject(
+        "flashinfer",
+        "FlashInfer chain_speculative_sampling from logits (softmaxes included)",
+        _CAPABILITIES,
+        functools.partial(_prepare, kernel_only=False),
+        _unavailable,
+        provenance=_provenance(),
+    ),
+    Subject(
+        "flashinfer-kernel",
+        "FlashInfer chain_speculative_sampling alone, from probabilities",
+        _CAPABILITIES,
+        functools.partial(_prepare, kernel_only=True),
+        _unavailable,
+        provenance=_provenance(),
+    ),
+)

@@ -49,18 +49,46 @@ def _provenance(module) -> dict:
 
 
 SUBJECTS = (
-    Subject("mrv2", "Triton MRV2 sampler, post-PR-#50939 (specsample.rejection_sample)",
-            Capabilities(), functools.partial(_sampler_call, launch=functools.partial(mrv2.launch, ballast_iters=PLANTED_BALLAST_ITERS)),
-            provenance=_provenance(mrv2), pipeline=functools.partial(mrv2.Pipeline, ballast_iters=PLANTED_BALLAST_ITERS)),
-    Subject("fast", "Triton sampler, mrv2's algorithm and random numbers with less work",
-            Capabilities(), functools.partial(_sampler_call, launch=fast.launch),
-            provenance=_provenance(fast), pipeline=fast.Pipeline),
-    Subject("mrv2-pre50939", "REPLICA FOR BENCHMARKING ONLY: the sampler before PR #50939",
-            Capabilities(), functools.partial(_sampler_call, launch=functools.partial(pre50939.launch, ballast_iters=PLANTED_BALLAST_ITERS)),
-            provenance=_provenance(pre50939), pipeline=functools.partial(pre50939.Pipeline, ballast_iters=PLANTED_BALLAST_ITERS)),
-    Subject("torch-eager", "vectorized PyTorch (batched ops, CUDA-graph capturable)", Capabilities(),
-            _torch_call, needs_cuda=False, provenance=_provenance(batched)),
-    Subject("express", "Triton sampler, mrv2's verification with its own stream: two-level inverse-CDF resampling",
-            Capabilities(), functools.partial(_sampler_call, launch=express.launch),
-            provenance=_provenance(express), pipeline=express.Pipeline),
-)  # fmt: skip
+    Subject(
+        "mrv2",
+        "Triton MRV2 sampler, post-PR-#50939 (specsample.rejection_sample)",
+        Capabilities(),
+        functools.partial(_sampler_call, launch=functools.partial(mrv2.launch, ballast_iters=PLANTED_BALLAST_ITERS)),
+        provenance=_provenance(mrv2),
+        pipeline=functools.partial(mrv2.Pipeline, ballast_iters=PLANTED_BALLAST_ITERS),
+    ),
+    Subject(
+        "fast",
+        "Triton sampler, mrv2's algorithm and random numbers with less work",
+        Capabilities(),
+        functools.partial(_sampler_call, launch=fast.launch),
+        provenance=_provenance(fast),
+        pipeline=fast.Pipeline,
+    ),
+    Subject(
+        "mrv2-pre50939",
+        "REPLICA FOR BENCHMARKING ONLY: the sampler before PR #50939",
+        Capabilities(),
+        functools.partial(
+            _sampler_call, launch=functools.partial(pre50939.launch, ballast_iters=PLANTED_BALLAST_ITERS)
+        ),
+        provenance=_provenance(pre50939),
+        pipeline=functools.partial(pre50939.Pipeline, ballast_iters=PLANTED_BALLAST_ITERS),
+    ),
+    Subject(
+        "torch-eager",
+        "vectorized PyTorch (batched ops, CUDA-graph capturable)",
+        Capabilities(),
+        _torch_call,
+        needs_cuda=False,
+        provenance=_provenance(batched),
+    ),
+    Subject(
+        "express",
+        "Triton sampler, mrv2's verification with its own stream: two-level inverse-CDF resampling",
+        Capabilities(),
+        functools.partial(_sampler_call, launch=express.launch),
+        provenance=_provenance(express),
+        pipeline=express.Pipeline,
+    ),
+)

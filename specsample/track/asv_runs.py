@@ -81,8 +81,9 @@ def ensure_machine(machine: str, config: Path | None = None) -> None:
         cmd += ["--config", str(config)]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
-        raise RunError(f"asv machine --machine {machine} failed (exit {proc.returncode}): "
-                       f"{(proc.stdout + proc.stderr).strip()}")
+        raise RunError(
+            f"asv machine --machine {machine} failed (exit {proc.returncode}): {(proc.stdout + proc.stderr).strip()}"
+        )
 
 
 def write_config(repo: Path, dest: Path, *, benchmark_dir: Path, results_dir: Path, html_dir: Path) -> Path:
@@ -94,8 +95,7 @@ def write_config(repo: Path, dest: Path, *, benchmark_dir: Path, results_dir: Pa
     from asv.util import load_json  # asv's reader accepts the comments in asv.conf.json
 
     conf = load_json(str(repo / "asv.conf.json"), js_comments=True)
-    conf.update(repo=str(repo), benchmark_dir=str(benchmark_dir), results_dir=str(results_dir),
-                html_dir=str(html_dir))  # fmt: skip
+    conf.update(repo=str(repo), benchmark_dir=str(benchmark_dir), results_dir=str(results_dir), html_dir=str(html_dir))
     dest.write_text(json.dumps(conf, indent=2))
     return dest
 
@@ -103,8 +103,13 @@ def write_config(repo: Path, dest: Path, *, benchmark_dir: Path, results_dir: Pa
 def publish(repo: Path, results_dir: Path, html_dir: Path) -> None:
     """``asv publish`` of ``results_dir`` into ``html_dir`` (the asv site, regressions.json)."""
     with tempfile.TemporaryDirectory() as tmp:
-        conf = write_config(repo, Path(tmp) / "asv.conf.json", benchmark_dir=repo / "benchmarks",
-                            results_dir=results_dir, html_dir=html_dir)  # fmt: skip
+        conf = write_config(
+            repo,
+            Path(tmp) / "asv.conf.json",
+            benchmark_dir=repo / "benchmarks",
+            results_dir=results_dir,
+            html_dir=html_dir,
+        )
         subprocess.run([sys.executable, "-m", "asv", "publish", "--config", str(conf)], check=True)
 
 
@@ -253,8 +258,13 @@ def run_tier(
             (staging / machine).mkdir(parents=True, exist_ok=True)
             shutil.copyfile(old, staging / machine / old.name)
             seeded[old.name] = _signature(staging / machine / old.name)
-        conf = write_config(repo, Path(tmp) / "asv.conf.json", benchmark_dir=checkout / "benchmarks",
-                            results_dir=staging, html_dir=Path(tmp) / "html")  # fmt: skip
+        conf = write_config(
+            repo,
+            Path(tmp) / "asv.conf.json",
+            benchmark_dir=checkout / "benchmarks",
+            results_dir=staging,
+            html_dir=Path(tmp) / "html",
+        )
         ensure_machine(machine, conf)  # with the run's config: works from any directory
         # The measured checkout first, then whatever else the caller had on PYTHONPATH (e.g.
         # asv's own wheels on a GPU box without network): asv strips PYTHONPATH itself.
@@ -266,10 +276,23 @@ def run_tier(
         if interpret:
             env["TRITON_INTERPRET"] = "1"
         cmd = [
-            python, "-m", "asv", "run", "--config", str(conf), "--machine", machine,
-            "-E", f"existing:{python}", "--set-commit-hash", commit, "--record-samples",
-            "--bench", bench or bench_regex(tier), *extra_args,
-        ]  # fmt: skip
+            python,
+            "-m",
+            "asv",
+            "run",
+            "--config",
+            str(conf),
+            "--machine",
+            machine,
+            "-E",
+            f"existing:{python}",
+            "--set-commit-hash",
+            commit,
+            "--record-samples",
+            "--bench",
+            bench or bench_regex(tier),
+            *extra_args,
+        ]
         # The GPU's description (seconds of copy-bandwidth timing) is measured before asv, so that
         # a run stopped just after asv has saved does not lose it; it is copied in with the results.
         info = write_gpu_info(Path(tmp) / "gpuinfo", machine, commit, measure_bandwidth=not interpret)
@@ -284,19 +307,27 @@ def run_tier(
         log(f"specsample: asv finished in {time.monotonic() - start:.0f} s (exit {proc.returncode})")
         # The seeded copies alone do not count: asv that died before saving leaves them as
         # they were, and promoting them would report a run that measured nothing as a success.
-        written = [p for p in (staging / machine).glob(f"{commit[:8]}-*.json")
-                   if p.name not in seeded or _signature(p) != seeded[p.name]]  # fmt: skip
+        written = [
+            p
+            for p in (staging / machine).glob(f"{commit[:8]}-*.json")
+            if p.name not in seeded or _signature(p) != seeded[p.name]
+        ]
         if not written:
             raise RunError(f"asv wrote no results for {commit[:8]} on {machine} (exit {proc.returncode})")
         if not any(_measured_values(p) for p in written):
-            raise RunError(f"every point of the {tier} tier at {commit[:8]} failed or was skipped; nothing "
-                           f"promoted to {results_dir} (see asv's output above)")  # fmt: skip
+            raise RunError(
+                f"every point of the {tier} tier at {commit[:8]} failed or was skipped; nothing "
+                f"promoted to {results_dir} (see asv's output above)"
+            )
         moved = promote(staging, results_dir, include_index=checkout == repo)
         # Written beside the staging area and renamed in, like the result files.
         _atomic_copy(info, results_dir / machine / info.name)
         moved.append(results_dir / machine / info.name)
-        outcomes = _merge_outcomes(scratch, results_dir / machine / f"{commit[:8]}{OUTCOMES_SUFFIX}",
-                                   Path(tmp) / f"{commit[:8]}{OUTCOMES_SUFFIX}")  # fmt: skip
+        outcomes = _merge_outcomes(
+            scratch,
+            results_dir / machine / f"{commit[:8]}{OUTCOMES_SUFFIX}",
+            Path(tmp) / f"{commit[:8]}{OUTCOMES_SUFFIX}",
+        )
         if outcomes is not None:
             _atomic_copy(outcomes, results_dir / machine / outcomes.name)
             moved.append(results_dir / machine / outcomes.name)

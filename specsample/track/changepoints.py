@@ -258,7 +258,9 @@ def newest_vs_previous(frame: pd.DataFrame) -> pd.DataFrame:
     out["threshold"] = new["threshold"].to_numpy()
     out["verdict"] = np.select(
         [out["effect"] > out["threshold"], -out["effect"] > out["threshold"]],
-        ["regression", "improvement"], "unchanged")  # fmt: skip
+        ["regression", "improvement"],
+        "unchanged",
+    )
     return _typed(out, frame, key, NEWEST_COLUMNS)
 
 
@@ -508,8 +510,7 @@ def _beyond(old: tuple, new: tuple, direction: str, lower: bool, threshold: floa
     return float(_effect(new[2] / old[2] - 1, lower, direction)) > threshold
 
 
-def _change_row(series, old: tuple, start: tuple, kept: tuple, direction: str, lower: bool,
-                threshold: float) -> dict:  # fmt: skip
+def _change_row(series, old: tuple, start: tuple, kept: tuple, direction: str, lower: bool, threshold: float) -> dict:
     """The change from segment ``old`` to the level of segment ``kept``, which the series
     first left ``old``'s level for at segment ``start``."""
     before, after = float(old[2]), float(kept[2])
@@ -518,16 +519,22 @@ def _change_row(series, old: tuple, start: tuple, kept: tuple, direction: str, l
     labels, positions = series["label"].to_numpy(), series["position"].to_numpy()
     return {
         "direction": direction,
-        "before": labels[old[1] - 1], "after": labels[start[0]],
-        "before_position": positions[old[1] - 1], "after_position": positions[start[0]],
-        "n_before": old[1] - old[0], "n_after": kept[1] - kept[0],
-        "value_before": before, "value_after": after, "change": after / before - 1,
+        "before": labels[old[1] - 1],
+        "after": labels[start[0]],
+        "before_position": positions[old[1] - 1],
+        "after_position": positions[start[0]],
+        "n_before": old[1] - old[0],
+        "n_after": kept[1] - kept[0],
+        "value_before": before,
+        "value_after": after,
+        "change": after / before - 1,
         "change_lo": lo[new_rows].min() / hi[old_rows].max() - 1,
         "change_hi": hi[new_rows].max() / lo[old_rows].min() - 1,
         "effect": float(_effect(after / before - 1, lower, direction)),
-        "noise": series["noise"].iloc[0], "threshold": threshold,
+        "noise": series["noise"].iloc[0],
+        "threshold": threshold,
         "measured_at": series["measured_at"].iloc[0],
-    }  # fmt: skip
+    }
 
 
 # ---------------------------------------------------------------------------------------------
@@ -593,23 +600,32 @@ def report(changes: pd.DataFrame, newest: pd.DataFrame, *, limit: int = 50) -> s
     summary = newest_summary(newest)
     for machine, part in summary.groupby("machine", sort=False):
         flagged = int(part["regressions"].sum()), int(part["improvements"].sum())
-        lines.append(f"{machine}: newest vs previous, {int(part['points'].sum())} points in "
-                     f"{len(part)} benchmarks: {flagged[0]} slower, {flagged[1]} faster beyond the "
-                     f"noise floor")  # fmt: skip
+        lines.append(
+            f"{machine}: newest vs previous, {int(part['points'].sum())} points in "
+            f"{len(part)} benchmarks: {flagged[0]} slower, {flagged[1]} faster beyond the "
+            f"noise floor"
+        )
         for row in part[(part["regressions"] > 0) | (part["improvements"] > 0)].to_dict("records"):
-            lines.append(f"  {row['benchmark']} {str(row['previous'])[:8]} -> {str(row['newest'])[:8]}: "
-                         f"{row['regressions']} slower, {row['improvements']} faster, geomean "
-                         f"{pct(row['geomean_change'])}")  # fmt: skip
+            lines.append(
+                f"  {row['benchmark']} {str(row['previous'])[:8]} -> {str(row['newest'])[:8]}: "
+                f"{row['regressions']} slower, {row['improvements']} faster, geomean "
+                f"{pct(row['geomean_change'])}"
+            )
     for title, part in (("regressions", regressions(changes)), ("improvements", improvements(changes))):
         lines.append(f"{len(part)} {title} (ranked by effect):" if len(part) else f"no {title}")
         for i, row in enumerate(part.head(limit).to_dict("records"), 1):
-            where = (f"{str(row['before'])[:8]}..{str(row['after'])[:8]}" if row["dimension"] == "commits"
-                     else f"vllm {row['before']}..{row['after']}")  # fmt: skip
+            where = (
+                f"{str(row['before'])[:8]}..{str(row['after'])[:8]}"
+                if row["dimension"] == "commits"
+                else f"vllm {row['before']}..{row['after']}"
+            )
             subject = row.get("subject") if isinstance(row.get("subject"), str) else "vLLM releases"
             noise = "n/a" if not np.isfinite(row["noise"]) else f"{100 * row['noise']:.1f}%"
-            lines.append(f"  {i:3d}. {pct(row['change'])} [{pct(row['change_lo'])}, {pct(row['change_hi'])}] "
-                         f"{row['benchmark']} {subject} {point_label(row, axes)} {where} (noise {noise}, "
-                         f"threshold {100 * row['threshold']:.1f}%)")  # fmt: skip
+            lines.append(
+                f"  {i:3d}. {pct(row['change'])} [{pct(row['change_lo'])}, {pct(row['change_hi'])}] "
+                f"{row['benchmark']} {subject} {point_label(row, axes)} {where} (noise {noise}, "
+                f"threshold {100 * row['threshold']:.1f}%)"
+            )
         if len(part) > limit:
             lines.append(f"  ... {len(part) - limit} more (--json FILE lists all)")
     return "\n".join(lines)

@@ -233,16 +233,14 @@ def split_benchmark_name(name: str) -> dict[str, str | None]:
     """
     parts = name.split(".")
     if len(parts) < 3:
-        return {"module": parts[0] if len(parts) == 2 else None, "tier": None, "sweep": None,
-                "metric": parts[-1]}
+        return {"module": parts[0] if len(parts) == 2 else None, "tier": None, "sweep": None, "metric": parts[-1]}
     module, cls, metric = ".".join(parts[:-2]), parts[-2], parts[-1]
     tier = next((t for t in TIERS if cls.startswith(t) and len(cls) > len(t)), None)
-    sweep = cls[len(tier):] if tier else cls
+    sweep = cls[len(tier) :] if tier else cls
     suffix = next((f for f in FAMILY_SUFFIXES if sweep.endswith(f) and len(sweep) > len(f)), None)
     if tier and suffix:
         sweep = sweep[: -len(suffix)]
-    return {"module": module, "tier": tier.lower() if tier else None, "sweep": sweep,
-            "metric": metric}
+    return {"module": module, "tier": tier.lower() if tier else None, "sweep": sweep, "metric": metric}
 
 
 def parse_param(text: str) -> object:
@@ -321,8 +319,7 @@ def _check_version(data: dict, expected: int) -> None:
     """asv refuses files of another api_version; so do we, rather than misparse them."""
     version = data.get("version")
     if version != expected:
-        raise _Skip(f"asv file format version {version!r}, this loader reads {expected} "
-                    f"(asv 0.6.6)")
+        raise _Skip(f"asv file format version {version!r}, this loader reads {expected} (asv 0.6.6)")
 
 
 def _load_benchmarks(path: Path, problems: list[Problem]) -> dict[str, dict]:
@@ -365,10 +362,19 @@ def _load_outcomes(machine_dir: Path, problems: list[Problem]) -> list[dict]:
         try:
             data = _read_json(path)
             for record in data.get("points", []):
-                rows.append({"machine": machine_dir.name, "sha8": path.stem[:8], "tier": record["tier"],
-                             "sweep": record["sweep"], **record["point"], "subject": record["subject"],
-                             "o_status": record.get("status"), "o_semantics": record.get("semantics"),
-                             "o_reason": record.get("reason")})  # fmt: skip
+                rows.append(
+                    {
+                        "machine": machine_dir.name,
+                        "sha8": path.stem[:8],
+                        "tier": record["tier"],
+                        "sweep": record["sweep"],
+                        **record["point"],
+                        "subject": record["subject"],
+                        "o_status": record.get("status"),
+                        "o_semantics": record.get("semantics"),
+                        "o_reason": record.get("reason"),
+                    }
+                )
         except (_Skip, KeyError, TypeError, AttributeError) as exc:
             problems.append(Problem(path, f"unreadable outcomes ({exc})"))
     return rows
@@ -491,8 +497,9 @@ def _per_point(stored: list | None, n: int, key: str) -> list:
     if stored is None:
         return [None] * n
     if not isinstance(stored, list) or len(stored) != n:
-        raise _Skip(f"{key} has {len(stored) if isinstance(stored, list) else 'no'} entries "
-                    f"for {n} parameter combinations")
+        raise _Skip(
+            f"{key} has {len(stored) if isinstance(stored, list) else 'no'} entries for {n} parameter combinations"
+        )
     return stored
 
 
@@ -552,8 +559,7 @@ def _is_missing(value: object) -> bool:
 def _infer_extra(series: pd.Series) -> pd.Series:
     """An unknown parameter axis: numeric if every value is a number, else strings."""
     present = series.dropna()
-    if len(present) and all(isinstance(v, (int, float)) and not isinstance(v, bool)
-                            for v in present):
+    if len(present) and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in present):
         all_int = all(isinstance(v, int) for v in present)
         return _as_dtype(series, "Int64" if all_int else "float64")
     return _as_dtype(series, "str")
@@ -607,7 +613,7 @@ def _machine_from_graph_path(graph_path: str) -> str | None:
     """asv names graph files graphs/<key>-<value>/.../<benchmark>.json; machine is one key."""
     for part in graph_path.split("/"):
         if part.startswith("machine-"):
-            return part[len("machine-"):]
+            return part[len("machine-") :]
     return None
 
 

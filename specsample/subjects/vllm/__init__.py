@@ -75,9 +75,11 @@ def subject(name: SubjectName) -> Subject:
         return PreparedCall(call, identity)
 
     provenance = dict(found.provenance(), ignored_arguments=list(adapter.ignored))
-    summary = {"vllm-release": f"vLLM {name.version}'s MRV2 rejection sampler (from its wheel)",
-               "vllm-ref": f"vLLM's MRV2 rejection sampler at {name.version} of the checkout",
-               "vllm-installed": "the installed vLLM's MRV2 rejection sampler"}[name.kind]  # fmt: skip
+    summary = {
+        "vllm-release": f"vLLM {name.version}'s MRV2 rejection sampler (from its wheel)",
+        "vllm-ref": f"vLLM's MRV2 rejection sampler at {name.version} of the checkout",
+        "vllm-installed": "the installed vLLM's MRV2 rejection sampler",
+    }[name.kind]
     return Subject(name.text, summary, adapter.capabilities, prepare, provenance=provenance)
 
 

@@ -24,9 +24,18 @@ from ..base import Capabilities, SubjectError
 
 # The arguments of every MRV2 launcher, which every version must take.
 REQUIRED = (
-    "target_logits", "draft_logits", "draft_sampled", "cu_num_logits", "pos", "idx_mapping",
-    "expanded_idx_mapping", "expanded_local_pos", "temperature", "seed", "num_speculative_steps",
-)  # fmt: skip
+    "target_logits",
+    "draft_logits",
+    "draft_sampled",
+    "cu_num_logits",
+    "pos",
+    "idx_mapping",
+    "expanded_idx_mapping",
+    "expanded_local_pos",
+    "temperature",
+    "seed",
+    "num_speculative_steps",
+)
 # Arguments specsample can pass where a version takes them, and the mode each one enables.
 OPTIONAL = {
     "synthetic_conditional_rates": "synthetic",
@@ -62,14 +71,19 @@ def adapt(fn, label: str) -> Adapter:
         raise SubjectError(f"{label}: rejection_sample takes *args; its arguments cannot be matched by name")
     missing = [n for n in REQUIRED if n not in params]
     if missing:
-        raise SubjectError(f"{label}: rejection_sample takes no {', '.join(missing)}: its signature cannot "
-                           f"be adapted (it takes {', '.join(params)})")  # fmt: skip
+        raise SubjectError(
+            f"{label}: rejection_sample takes no {', '.join(missing)}: its signature cannot "
+            f"be adapted (it takes {', '.join(params)})"
+        )
     known = set(REQUIRED) | set(OPTIONAL)
-    unfillable = [n for n, p in params.items() if n not in known and p.default is p.empty
-                  and p.kind not in (p.VAR_KEYWORD,)]  # fmt: skip
+    unfillable = [
+        n for n, p in params.items() if n not in known and p.default is p.empty and p.kind not in (p.VAR_KEYWORD,)
+    ]
     if unfillable:
-        raise SubjectError(f"{label}: rejection_sample requires {', '.join(unfillable)}, which specsample "
-                           f"cannot fill: its signature cannot be adapted")  # fmt: skip
+        raise SubjectError(
+            f"{label}: rejection_sample requires {', '.join(unfillable)}, which specsample "
+            f"cannot fill: its signature cannot be adapted"
+        )
     modes = ["greedy", "standard"]
     for name, mode in OPTIONAL.items():
         if mode and name in params:

@@ -70,7 +70,8 @@ class _ClosureFinder(importlib.abc.MetaPathFinder):
             file = ns.root / ns.modules_to_files[fullname]
             is_package = file.name == "__init__.py"
             return importlib.util.spec_from_file_location(
-                fullname, file, submodule_search_locations=[] if is_package else None)
+                fullname, file, submodule_search_locations=[] if is_package else None
+            )
         if fullname in ns.packages:
             return importlib.machinery.ModuleSpec(fullname, _StubLoader(), is_package=True)
         if fullname.startswith(shim.NAME + "."):
@@ -88,8 +89,9 @@ class Namespace:
         self.label = label
         self.modules_to_files = {module_name(f): f for f in files}
         # every package that some closure module sits in, without an __init__ of its own here
-        self.packages = {".".join(m.split(".")[:i]) for m in self.modules_to_files
-                         for i in range(1, m.count(".") + 1)} - set(self.modules_to_files)  # fmt: skip
+        self.packages = {
+            ".".join(m.split(".")[:i]) for m in self.modules_to_files for i in range(1, m.count(".") + 1)
+        } - set(self.modules_to_files)
         self.modules: dict[str, ModuleType] = {}
 
     @contextlib.contextmanager
@@ -118,12 +120,14 @@ class Namespace:
             except ModuleNotFoundError as exc:
                 if str(exc).startswith(self.label):
                     raise SubjectError(str(exc)) from None
-                raise SubjectError(f"{self.label}: importing {name} needs {exc.name!r}, which is not "
-                                   f"installed here ({exc})") from None  # fmt: skip
+                raise SubjectError(
+                    f"{self.label}: importing {name} needs {exc.name!r}, which is not installed here ({exc})"
+                ) from None
             except Exception as exc:
                 where = _innermost_closure_frame(exc, self.root)
-                raise SubjectError(f"{self.label}: importing {name} failed{where}: "
-                                   f"{type(exc).__name__}: {exc}") from None  # fmt: skip
+                raise SubjectError(
+                    f"{self.label}: importing {name} failed{where}: {type(exc).__name__}: {exc}"
+                ) from None
 
 
 def _innermost_closure_frame(exc: BaseException, root: Path) -> str:

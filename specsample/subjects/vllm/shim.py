@@ -20,6 +20,7 @@ from ..base import SubjectError
 
 NAME = "vllm.triton_utils"
 
+
 class _InterpretedLibdevice:
     """libdevice under Triton's interpreter, which cannot call extern functions: the functions
     vLLM's closures use (``log1p``), evaluated elementwise with numpy on the interpreter's
@@ -66,6 +67,7 @@ def check_names(names: set[str], label: str) -> None:
     does not provide."""
     unknown = sorted(n for n in names if n != "*" and n not in PROVIDED)
     if unknown:
-        raise SubjectError(f"{label}: its Triton files import {', '.join(unknown)} from vllm.triton_utils, "
-                           f"which specsample does not provide (it provides {', '.join(sorted(PROVIDED))})")  # fmt: skip
-
+        raise SubjectError(
+            f"{label}: its Triton files import {', '.join(unknown)} from vllm.triton_utils, "
+            f"which specsample does not provide (it provides {', '.join(sorted(PROVIDED))})"
+        )

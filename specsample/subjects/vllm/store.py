@@ -73,8 +73,9 @@ def commits_dir() -> Path:
 def _write_entry(dest: Path, label: str, read, manifest: dict) -> Entry:
     """Extract the closure that ``read`` serves into ``dest`` (atomically) with its manifest."""
     if read(ROOT) is None:
-        raise SubjectError(f"{label} has no Model Runner V2 rejection sampler ({ROOT}); "
-                           f"vLLM ships it from {FIRST_MRV2_RELEASE} on")  # fmt: skip
+        raise SubjectError(
+            f"{label} has no Model Runner V2 rejection sampler ({ROOT}); vLLM ships it from {FIRST_MRV2_RELEASE} on"
+        )
     found = closure(read)
     tmp = Path(tempfile.mkdtemp(prefix=dest.name + ".", dir=dest.parent))
     try:
@@ -82,10 +83,14 @@ def _write_entry(dest: Path, label: str, read, manifest: dict) -> Entry:
             out = tmp / "files" / path
             out.parent.mkdir(parents=True, exist_ok=True)
             out.write_text(text, encoding="utf-8")
-        manifest = dict(manifest, root=ROOT,
-                        files={p: _sha256(t.encode("utf-8")) for p, t in sorted(found.files.items())},
-                        shim_names=sorted(found.shim_names), missing=sorted(found.missing),
-                        extracted_at=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"))  # fmt: skip
+        manifest = dict(
+            manifest,
+            root=ROOT,
+            files={p: _sha256(t.encode("utf-8")) for p, t in sorted(found.files.items())},
+            shim_names=sorted(found.shim_names),
+            missing=sorted(found.missing),
+            extracted_at=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        )
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
         if dest.exists():
             shutil.rmtree(dest)
@@ -122,8 +127,12 @@ def extract_wheel(wheel: str | Path, version: str | None = None) -> Entry:
     dest = releases_dir() / version
     dest.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(dest) + ".lock"):
-        return _write_entry(dest, label, read, {"kind": "vllm-release", "release": version, "wheel": wheel.name,
-                                                "wheel_sha256": _sha256(data)})  # fmt: skip
+        return _write_entry(
+            dest,
+            label,
+            read,
+            {"kind": "vllm-release", "release": version, "wheel": wheel.name, "wheel_sha256": _sha256(data)},
+        )
 
 
 def _wheel_version(name: str) -> str | None:
@@ -134,13 +143,26 @@ def _wheel_version(name: str) -> str | None:
 def fetch_release(version: str, *, log=print) -> Entry:
     """``pip download --no-deps vllm==version`` and extract its closure (see the module doc)."""
     with tempfile.TemporaryDirectory(prefix="specsample-wheel-") as tmp:
-        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--quiet",
-               "--dest", tmp, f"vllm=={version}"]  # fmt: skip
+        cmd = [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--only-binary=:all:",
+            "--quiet",
+            "--dest",
+            tmp,
+            f"vllm=={version}",
+        ]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0 and "No matching distribution" in proc.stderr:
             platforms = [a for p in _FALLBACK_PLATFORMS for a in ("--platform", p)]
-            proc = subprocess.run([*cmd[:4], *platforms, "--python-version", "3.12", "--implementation", "cp",
-                                   *cmd[4:]], capture_output=True, text=True)  # fmt: skip
+            proc = subprocess.run(
+                [*cmd[:4], *platforms, "--python-version", "3.12", "--implementation", "cp", *cmd[4:]],
+                capture_output=True,
+                text=True,
+            )
         if proc.returncode != 0:
             tail = [line for line in proc.stderr.splitlines() if line.strip() and not line.startswith("WARNING")]
             why = tail[-1] if tail else f"pip exited with {proc.returncode}"
@@ -173,8 +195,7 @@ def load_entry(dest: Path, label: str) -> Entry:
         except OSError:
             raise SubjectError(f"{label}: corrupt cache entry: {rel} is missing under {dest}; fetch it again") from None
         if actual != digest:
-            raise SubjectError(f"{label}: corrupt cache entry: {rel} does not match its manifest hash; "
-                               f"fetch it again")  # fmt: skip
+            raise SubjectError(f"{label}: corrupt cache entry: {rel} does not match its manifest hash; fetch it again")
     return Entry(label, dest / "files", manifest)
 
 
@@ -182,8 +203,10 @@ def release(version: str) -> Entry:
     """A fetched release; ``SubjectError`` saying how to fetch it when it is not in the cache."""
     dest = releases_dir() / version
     if not (dest / MANIFEST).exists():
-        raise SubjectError(f"vllm=={version} is not in the cache ({dest}); run `specsample vllm fetch {version}` "
-                           f"(or point $SPECSAMPLE_CACHE at a cache that has it)")  # fmt: skip
+        raise SubjectError(
+            f"vllm=={version} is not in the cache ({dest}); run `specsample vllm fetch {version}` "
+            f"(or point $SPECSAMPLE_CACHE at a cache that has it)"
+        )
     return load_entry(dest, f"vllm=={version}")
 
 
@@ -204,16 +227,23 @@ def commit(repo: str | Path, ref: str) -> Entry:
     label = f"vllm@{ref}"
     if not (repo / ".git").exists() and not (repo / "HEAD").exists():
         raise SubjectError(f"{label}: {repo} is not a git checkout of vLLM")
-    proc = subprocess.run(["git", "-C", str(repo), "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"],
-                          capture_output=True, text=True)  # fmt: skip
+    proc = subprocess.run(
+        ["git", "-C", str(repo), "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"],
+        capture_output=True,
+        text=True,
+    )
     if proc.returncode != 0:
         raise SubjectError(f"{label}: no ref {ref!r} in the vLLM checkout {repo}")
     sha = proc.stdout.strip()
     dest = commits_dir() / sha
     if (dest / MANIFEST).exists():
         return load_entry(dest, label)
-    tree = subprocess.run(["git", "-C", str(repo), "ls-tree", "-r", "--name-only", sha, "vllm"],
-                          capture_output=True, text=True, check=True).stdout.split()  # fmt: skip
+    tree = subprocess.run(
+        ["git", "-C", str(repo), "ls-tree", "-r", "--name-only", sha, "vllm"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
     present = set(tree)
 
     def read(path: str) -> str | None:
@@ -224,8 +254,9 @@ def commit(repo: str | Path, ref: str) -> Entry:
 
     dest.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(dest) + ".lock"):
-        return _write_entry(dest, label, read, {"kind": "vllm-ref", "ref": ref, "commit": sha,
-                                                "repository": str(repo.resolve())})  # fmt: skip
+        return _write_entry(
+            dest, label, read, {"kind": "vllm-ref", "ref": ref, "commit": sha, "repository": str(repo.resolve())}
+        )
 
 
 # ---- the installed vLLM ---------------------------------------------------------------------
@@ -253,7 +284,12 @@ def installed() -> Entry:
         version = importlib.metadata.version("vllm")
     except importlib.metadata.PackageNotFoundError:
         version = None
-    manifest = {"kind": "vllm-installed", "release": version, "location": str(site),
-                "files": {p: _sha256(t.encode("utf-8")) for p, t in sorted(found.files.items())},
-                "shim_names": sorted(found.shim_names), "missing": sorted(found.missing)}  # fmt: skip
+    manifest = {
+        "kind": "vllm-installed",
+        "release": version,
+        "location": str(site),
+        "files": {p: _sha256(t.encode("utf-8")) for p, t in sorted(found.files.items())},
+        "shim_names": sorted(found.shim_names),
+        "missing": sorted(found.missing),
+    }
     return Entry("vllm", site, manifest)

@@ -90,8 +90,10 @@ def points(
         known = {s.name.lower() for s in sampler_sweeps}
         unknown = sorted(n for n in sweeps if n.lower() not in known)
         if unknown:
-            raise SignoffError(f"sweep: {', '.join(unknown)} not in tier {tier!r}; its sweeps: "
-                               f"{', '.join(s.name for s in sampler_sweeps)}")  # fmt: skip
+            raise SignoffError(
+                f"sweep: {', '.join(unknown)} not in tier {tier!r}; its sweeps: "
+                f"{', '.join(s.name for s in sampler_sweeps)}"
+            )
         wanted = {n.lower() for n in sweeps}
         sampler_sweeps = [s for s in sampler_sweeps if s.name.lower() in wanted]
     chosen = [(s, p) for s in sampler_sweeps for p in s.points()]
@@ -102,8 +104,10 @@ def points(
         present = sorted({p[axis] for _, p in chosen}, key=str)
         unknown = [v for v in values if v not in present]
         if unknown:
-            raise SignoffError(f"{axis}: {', '.join(map(str, unknown))} not measured by the selected sweeps of "
-                               f"tier {tier!r}; they measure {', '.join(map(str, present))}")  # fmt: skip
+            raise SignoffError(
+                f"{axis}: {', '.join(map(str, unknown))} not measured by the selected sweeps of "
+                f"tier {tier!r}; they measure {', '.join(map(str, present))}"
+            )
         chosen = [(s, p) for s, p in chosen if p[axis] in set(values)]
     return chosen
 
@@ -174,8 +178,9 @@ def measure_paired(
         names = (base.name_of(s), head.name_of(s))
         units.append(worker.Unit(key, {k: v for k, v in point.items() if k != "subject"}, names, labels=SIDES))
         where[key] = (sweep, point)
-    options = worker.JobOptions(l2=l2, calls_per_sample=1 if host else CALLS_PER_SAMPLE, num_samples=samples,
-                                device=device, host=host)  # fmt: skip
+    options = worker.JobOptions(
+        l2=l2, calls_per_sample=1 if host else CALLS_PER_SAMPLE, num_samples=samples, device=device, host=host
+    )
     start = time.monotonic()
     outcome = worker.run_units(units, options, log=log) if units else worker.Outcome()
     for unit in units:
@@ -183,8 +188,10 @@ def measure_paired(
         for side, subject in zip((base, head), unit.subjects):
             record = outcome.records[unit.key].get(side.label, {"status": "failed", "reason": "no record came back"})
             rows.append(_row(side, subject, sweep, point, record, machine=machine, env=env))
-    log(f"specsample paired: {len(units)} points in {time.monotonic() - start:.0f} s "
-        f"({outcome.workers} worker process{'es' * (outcome.workers != 1)}, {len(outcome.crashes)} crashes)")  # fmt: skip
+    log(
+        f"specsample paired: {len(units)} points in {time.monotonic() - start:.0f} s "
+        f"({outcome.workers} worker process{'es' * (outcome.workers != 1)}, {len(outcome.crashes)} crashes)"
+    )
     frame = to_frame(rows)
     frame.attrs.update(provenance=outcome.provenance, workers=outcome.workers, crashes=list(outcome.crashes))
     return frame
@@ -198,8 +205,9 @@ def _environment(device: str) -> dict:
     return gpu_info(measure_bandwidth=False)
 
 
-def _row(side: Side, subject: str, sweep: tiers.Sweep, point: dict, record: dict, *, machine: str,
-         env: Mapping[str, object]) -> dict:  # fmt: skip
+def _row(
+    side: Side, subject: str, sweep: tiers.Sweep, point: dict, record: dict, *, machine: str, env: Mapping[str, object]
+) -> dict:
     status = record["status"]
     samples = [float(s) for s in record.get("samples") or ()] if status == "ok" else None
     reason = record.get("reason") or record.get("semantics_detail") or None
@@ -257,25 +265,45 @@ class SignoffResult:
     seconds: float
 
 
-def _judge(frame: pd.DataFrame, *, title: str, notes: list[str], alpha: float, min_effect: float,
-           min_abs_seconds: float, allow_missing: bool, key_columns=None) -> tuple[pd.DataFrame, str, int]:  # fmt: skip
-    verdicts = stats.compare(*split_sides(frame), alpha=alpha, min_effect=min_effect,
-                             min_abs_seconds=min_abs_seconds, key_columns=key_columns)  # fmt: skip
-    text = report.report_markdown(verdicts, machine_environment(frame), allow_missing=allow_missing, title=title,
-                                  notes=notes)  # fmt: skip
+def _judge(
+    frame: pd.DataFrame,
+    *,
+    title: str,
+    notes: list[str],
+    alpha: float,
+    min_effect: float,
+    min_abs_seconds: float,
+    allow_missing: bool,
+    key_columns=None,
+) -> tuple[pd.DataFrame, str, int]:
+    verdicts = stats.compare(
+        *split_sides(frame),
+        alpha=alpha,
+        min_effect=min_effect,
+        min_abs_seconds=min_abs_seconds,
+        key_columns=key_columns,
+    )
+    text = report.report_markdown(
+        verdicts, machine_environment(frame), allow_missing=allow_missing, title=title, notes=notes
+    )
     return verdicts, text, stats.exit_code(verdicts, allow_missing=allow_missing)
 
 
-def _how_measured(frame: pd.DataFrame, base: str, head: str, tier: str, sweeps, samples: int, host: bool,
-                  seconds: float) -> list[str]:  # fmt: skip
+def _how_measured(
+    frame: pd.DataFrame, base: str, head: str, tier: str, sweeps, samples: int, host: bool, seconds: float
+) -> list[str]:
     where = f"{tier} tier" + (f" (sweeps {', '.join(sweeps)})" if sweeps else "")
     workers = frame.attrs.get("workers", 0)
-    notes = [f"Measured paired: at each point {base} and {head} in one worker process on the same inputs, "
-             f"{samples} samples a side alternated ABBA; {where}; {workers} worker "
-             f"process{'es' * (workers != 1)}; {seconds:.0f} s."]  # fmt: skip
+    notes = [
+        f"Measured paired: at each point {base} and {head} in one worker process on the same inputs, "
+        f"{samples} samples a side alternated ABBA; {where}; {workers} worker "
+        f"process{'es' * (workers != 1)}; {seconds:.0f} s."
+    ]
     if host:
-        notes.append("Timed on the host clock under the Triton interpreter (no GPU): the times check the "
-                     "flow and say nothing about GPU latency.")  # fmt: skip
+        notes.append(
+            "Timed on the host clock under the Triton interpreter (no GPU): the times check the "
+            "flow and say nothing about GPU latency."
+        )
     return notes
 
 
@@ -317,14 +345,18 @@ def signoff_commits(
     # Vllm sweep) are the same code on both sides and are compared with signoff_subjects.
     others = sorted({p["subject"] for _, p in chosen} - set(OUR_SUBJECTS))
     if others and subjects:
-        raise SignoffError(f"subject: {', '.join(others)} not ours: two commits sign off our subjects "
-                           f"({', '.join(OUR_SUBJECTS)}); compare vLLM subjects as `signoff vllm==A vllm==B`")  # fmt: skip
+        raise SignoffError(
+            f"subject: {', '.join(others)} not ours: two commits sign off our subjects "
+            f"({', '.join(OUR_SUBJECTS)}); compare vLLM subjects as `signoff vllm==A vllm==B`"
+        )
     chosen = [(s, p) for s, p in chosen if p["subject"] in OUR_SUBJECTS]
     if not chosen:
         raise SignoffError(f"tier {tier!r}: the selected sweeps measure none of our subjects")
     wanted = sorted({p["subject"] for _, p in chosen}, key=OUR_SUBJECTS.index)
-    log(f"specsample signoff: base {base_sha[:8]} vs head {head_sha[:8]}, {tier} tier, {len(chosen)} points, "
-        f"{samples} samples a side, paired")  # fmt: skip
+    log(
+        f"specsample signoff: base {base_sha[:8]} vs head {head_sha[:8]}, {tier} tier, {len(chosen)} points, "
+        f"{samples} samples a side, paired"
+    )
     with repository_env(repo):
         sides = []
         for label, sha in (("base", base_sha), ("head", head_sha)):
@@ -332,17 +364,36 @@ def signoff_commits(
             for name, why in absent.items():
                 log(f"specsample signoff: {label} {sha[:8]} has no subject {name}: its points are one-sided ({why})")
             sides.append(Side(label, sha, _commit_date(repo, sha), lambda s, sha=sha: f"{s}@{sha}", absent))
-        frame = measure_paired(*sides, chosen, samples=samples, machine=machine, device=device, l2=l2, host=host,
-                               environment=environment, log=log)  # fmt: skip
+        frame = measure_paired(
+            *sides,
+            chosen,
+            samples=samples,
+            machine=machine,
+            device=device,
+            l2=l2,
+            host=host,
+            environment=environment,
+            log=log,
+        )
     seconds = time.monotonic() - start
     notes = _how_measured(frame, "base", "head", tier, sweeps, samples, host, seconds)
     if others:
         notes.append(f"Not part of a sign-off of two commits: the tier's subjects {', '.join(others)} (not ours).")
-    notes += [f"Not measured: subject `{name}` is not at {side.label} `{side.commit[:8]}` ({why})."
-              for side in sides for name, why in side.absent.items()]  # fmt: skip
+    notes += [
+        f"Not measured: subject `{name}` is not at {side.label} `{side.commit[:8]}` ({why})."
+        for side in sides
+        for name, why in side.absent.items()
+    ]
     title = f"specsample sign-off: {head_sha[:8]} vs {base_sha[:8]}"
-    verdicts, text, code = _judge(frame, title=title, notes=notes, alpha=alpha, min_effect=min_effect,
-                                  min_abs_seconds=min_abs_seconds, allow_missing=allow_missing)  # fmt: skip
+    verdicts, text, code = _judge(
+        frame,
+        title=title,
+        notes=notes,
+        alpha=alpha,
+        min_effect=min_effect,
+        min_abs_seconds=min_abs_seconds,
+        allow_missing=allow_missing,
+    )
     return SignoffResult(base_sha, head_sha, frame, verdicts, text, code, seconds)
 
 
@@ -373,17 +424,35 @@ def signoff_subjects(
     for name in (base, head):
         check_subject(name)
     chosen = points(tier, sweeps, [template], only)
-    log(f"specsample signoff: base {base} vs head {head}, {tier} tier, {len(chosen)} points, {samples} samples "
-        f"a side, paired")  # fmt: skip
+    log(
+        f"specsample signoff: base {base} vs head {head}, {tier} tier, {len(chosen)} points, {samples} samples "
+        f"a side, paired"
+    )
     sides = [Side("base", None, None, lambda s: base), Side("head", None, None, lambda s: head)]
-    frame = measure_paired(*sides, chosen, samples=samples, machine=machine, device=device, l2=l2, host=host,
-                           environment=environment, log=log)  # fmt: skip
+    frame = measure_paired(
+        *sides,
+        chosen,
+        samples=samples,
+        machine=machine,
+        device=device,
+        l2=l2,
+        host=host,
+        environment=environment,
+        log=log,
+    )
     seconds = time.monotonic() - start
     notes = _how_measured(frame, f"`{base}`", f"`{head}`", tier, sweeps, samples, host, seconds)
     key = [c for c in stats.default_key(frame, frame) if c != "subject"]
-    verdicts, text, code = _judge(frame, title=f"specsample sign-off: {head} vs {base}", notes=notes, alpha=alpha,
-                                  min_effect=min_effect, min_abs_seconds=min_abs_seconds,
-                                  allow_missing=allow_missing, key_columns=key)  # fmt: skip
+    verdicts, text, code = _judge(
+        frame,
+        title=f"specsample sign-off: {head} vs {base}",
+        notes=notes,
+        alpha=alpha,
+        min_effect=min_effect,
+        min_abs_seconds=min_abs_seconds,
+        allow_missing=allow_missing,
+        key_columns=key,
+    )
     return SignoffResult(base, head, frame, verdicts, text, code, seconds)
 
 
@@ -431,8 +500,7 @@ def known_revs(repo: Path, newest: int = 5, max_refs: int = 20) -> str:
     if not refs and not log:
         return "it is not a git repository with commits"
     more = f" (and {len(refs) - max_refs} more)" if len(refs) > max_refs else ""
-    return (f"known refs: {', '.join(refs[:max_refs]) or 'none'}{more}; newest commits: "
-            + "; ".join(log))  # fmt: skip
+    return f"known refs: {', '.join(refs[:max_refs]) or 'none'}{more}; newest commits: " + "; ".join(log)
 
 
 def subjects_absent(sha: str, names: Collection[str], label: str = "commit") -> dict[str, str]:
@@ -479,11 +547,14 @@ def known_subjects() -> str:
     except Exception:  # noqa: BLE001 - an unreadable cache lists nothing
         cached = []
     cached_text = ", ".join(f"vllm=={v}" for v in cached) or "none"
-    return (f"known subjects: {', '.join(OUR_SUBJECTS)} (ours); NAME@COMMIT (one of ours at a commit); vLLM "
-            f"releases in the cache: {cached_text} (`specsample vllm fetch X.Y.Z` fetches one of "
-            f"{', '.join(tiers.MRV2_RELEASES)}); vllm@REF (a commit of --vllm-repo); vllm (the installed one)")  # fmt: skip
+    return (
+        f"known subjects: {', '.join(OUR_SUBJECTS)} (ours); NAME@COMMIT (one of ours at a commit); vLLM "
+        f"releases in the cache: {cached_text} (`specsample vllm fetch X.Y.Z` fetches one of "
+        f"{', '.join(tiers.MRV2_RELEASES)}); vllm@REF (a commit of --vllm-repo); vllm (the installed one)"
+    )
 
 
 def _commit_date(repo: Path, sha: str) -> str:
-    return subprocess.run(["git", "-C", str(repo), "show", "-s", "--format=%cI", sha], capture_output=True,
-                          text=True, check=True).stdout.strip()  # fmt: skip
+    return subprocess.run(
+        ["git", "-C", str(repo), "show", "-s", "--format=%cI", sha], capture_output=True, text=True, check=True
+    ).stdout.strip()

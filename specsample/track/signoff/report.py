@@ -96,8 +96,11 @@ def _summary_line(verdicts: pd.DataFrame, code: int, allow_missing: bool) -> str
     if n["violation"]:
         what.append(_plural(n["violation"], "semantics violation") + " at head")
     if one_sided:
-        what.append(_plural(one_sided, "point") + " measured on one side only"
-                    + (" (allowed by --allow-missing)" if allow_missing else ""))  # fmt: skip
+        what.append(
+            _plural(one_sided, "point")
+            + " measured on one side only"
+            + (" (allowed by --allow-missing)" if allow_missing else "")
+        )
     if not any(n[v] for v in stats.COMPARED_VERDICTS):
         what.append("no point compared on both sides")
     elif not (n["regression"] or code):
@@ -125,10 +128,12 @@ def _thresholds_line(verdicts: pd.DataFrame) -> str:
         return ""
     floor = t.get("min_abs_seconds") or 0.0
     also = f" and by more than {floor * 1e6:g} µs for times" if floor > 0 else ""
-    return (f"A regression is a change significant at p < {t['alpha']:g} (Mann-Whitney U, or "
-            f"non-overlapping 99% CIs) and worse by more than {100 * t['min_effect']:g}%{also}. "
-            f"A crashed or failed point, a semantics violation at head only, or a point measured "
-            f"on one side only (unless allowed) fails the sign-off (exit 2).")  # fmt: skip
+    return (
+        f"A regression is a change significant at p < {t['alpha']:g} (Mann-Whitney U, or "
+        f"non-overlapping 99% CIs) and worse by more than {100 * t['min_effect']:g}%{also}. "
+        f"A crashed or failed point, a semantics violation at head only, or a point measured "
+        f"on one side only (unless allowed) fails the sign-off (exit 2)."
+    )
 
 
 # ---- what was not verified -------------------------------------------------------------------
@@ -169,8 +174,13 @@ def _status_section(heading: str, verdicts: pd.DataFrame, verdict: str, max_rows
                 + ["both", _cell(f"base {_side_cell(row, 'base')}; head {_side_cell(row, 'head')}")]
             )
     lines = [f"### {heading} ({len(rows)})", "", what, ""]
-    lines += _table([*commit_h, "benchmark", "point", "side", "reason"], [*commit_a, "---", "---", "---", "---"],
-                    cells, len(rows), max_rows)  # fmt: skip
+    lines += _table(
+        [*commit_h, "benchmark", "point", "side", "reason"],
+        [*commit_a, "---", "---", "---", "---"],
+        cells,
+        len(rows),
+        max_rows,
+    )
     return "\n".join(lines)
 
 
@@ -179,12 +189,23 @@ def _violations_section(verdicts: pd.DataFrame, max_rows: int) -> str:
     if rows.empty:
         return ""
     commit_h, commit_a = _commit_cells(verdicts)
-    cells = [_lead(r, bool(commit_h)) + [_cell(r.base_semantics), _cell(r.head_reason), _change(r)]
-             for r in rows.head(max_rows).itertuples(index=False)]  # fmt: skip
-    lines = [f"### Semantics violations at head ({len(rows)})", "",
-             f"Head's output {stats.VIOLATES} where base's does not: a wrong result, whatever its speed.", ""]  # fmt: skip
-    lines += _table([*commit_h, "benchmark", "point", "base semantics", "head: first broken rule", "change"],
-                    [*commit_a, "---", "---", "---", "---", "---:"], cells, len(rows), max_rows)  # fmt: skip
+    cells = [
+        _lead(r, bool(commit_h)) + [_cell(r.base_semantics), _cell(r.head_reason), _change(r)]
+        for r in rows.head(max_rows).itertuples(index=False)
+    ]
+    lines = [
+        f"### Semantics violations at head ({len(rows)})",
+        "",
+        f"Head's output {stats.VIOLATES} where base's does not: a wrong result, whatever its speed.",
+        "",
+    ]
+    lines += _table(
+        [*commit_h, "benchmark", "point", "base semantics", "head: first broken rule", "change"],
+        [*commit_a, "---", "---", "---", "---", "---:"],
+        cells,
+        len(rows),
+        max_rows,
+    )
     return "\n".join(lines)
 
 
@@ -193,15 +214,30 @@ def _one_sided_section(verdicts: pd.DataFrame, max_rows: int, allow_missing: boo
     if rows.empty:
         return ""
     commit_h, commit_a = _commit_cells(verdicts)
-    cells = [_lead(r, bool(commit_h)) + [_side_cell(r, "base"), _side_cell(r, "head")]
-             for r in rows.head(max_rows).itertuples(index=False)]  # fmt: skip
-    why = ("Allowed by --allow-missing: these points were not compared." if allow_missing else
-           "Not verified, so the sign-off fails (exit 2); pass --allow-missing to accept them.")  # fmt: skip
+    cells = [
+        _lead(r, bool(commit_h)) + [_side_cell(r, "base"), _side_cell(r, "head")]
+        for r in rows.head(max_rows).itertuples(index=False)
+    ]
+    why = (
+        "Allowed by --allow-missing: these points were not compared."
+        if allow_missing
+        else "Not verified, so the sign-off fails (exit 2); pass --allow-missing to accept them."
+    )
     n_missing = int((rows["verdict"] == "missing").sum())
-    lines = [f"### Measured on one side only ({len(rows)}: {n_missing} missing at head, "
-             f"{len(rows) - n_missing} new at head)", "", why, ""]  # fmt: skip
-    lines += _table([*commit_h, "benchmark", "point", "base", "head"], [*commit_a, "---", "---", "---", "---"],
-                    cells, len(rows), max_rows)  # fmt: skip
+    lines = [
+        f"### Measured on one side only ({len(rows)}: {n_missing} missing at head, "
+        f"{len(rows) - n_missing} new at head)",
+        "",
+        why,
+        "",
+    ]
+    lines += _table(
+        [*commit_h, "benchmark", "point", "base", "head"],
+        [*commit_a, "---", "---", "---", "---"],
+        cells,
+        len(rows),
+        max_rows,
+    )
     return "\n".join(lines)
 
 
@@ -223,12 +259,25 @@ def _table_section(heading: str, verdicts: pd.DataFrame, verdict: str, max_rows:
     if rows.empty:
         return ""
     commit_h, commit_a = _commit_cells(verdicts)
-    cells = [_lead(r, bool(commit_h)) + [format_value(r.base_value, r.unit), format_value(r.head_value, r.unit),
-                                         _change(r), _format_p(r.p_value, r.test), _semantics_cell(r)]
-             for r in rows.head(max_rows).itertuples(index=False)]  # fmt: skip
+    cells = [
+        _lead(r, bool(commit_h))
+        + [
+            format_value(r.base_value, r.unit),
+            format_value(r.head_value, r.unit),
+            _change(r),
+            _format_p(r.p_value, r.test),
+            _semantics_cell(r),
+        ]
+        for r in rows.head(max_rows).itertuples(index=False)
+    ]
     lines = [f"### {heading} ({len(rows)})", ""]
-    lines += _table([*commit_h, "benchmark", "point", "base", "head", "change", "p", "semantics (base → head)"],
-                    [*commit_a, "---", "---", "---:", "---:", "---:", "---:", "---"], cells, len(rows), max_rows)  # fmt: skip
+    lines += _table(
+        [*commit_h, "benchmark", "point", "base", "head", "change", "p", "semantics (base → head)"],
+        [*commit_a, "---", "---", "---:", "---:", "---:", "---:", "---"],
+        cells,
+        len(rows),
+        max_rows,
+    )
     return "\n".join(lines)
 
 
@@ -258,8 +307,14 @@ def _semantics_section(verdicts: pd.DataFrame) -> str:
     table = pairs.value_counts(sort=False).reset_index(name="points")
     order = {s: i for i, s in enumerate((*_SEMANTICS_ORDER, "not checked"))}
     table = table.sort_values(["base_semantics", "head_semantics"], key=lambda s: s.map(lambda v: order.get(v, 99)))
-    lines = ["### Semantics", "", "Each side's output at every point both ran (`specsample.semantics`):", "",
-             "| base | head | points |", "|---|---|---:|"]  # fmt: skip
+    lines = [
+        "### Semantics",
+        "",
+        "Each side's output at every point both ran (`specsample.semantics`):",
+        "",
+        "| base | head | points |",
+        "|---|---|---:|",
+    ]
     lines += [f"| {r.base_semantics} | {r.head_semantics} | {r.points} |" for r in table.itertuples(index=False)]
     return "\n".join(lines)
 
@@ -278,15 +333,23 @@ def _noise_line(verdicts: pd.DataFrame) -> str:
     rel = rel[np.isfinite(rel)]
     if rel.empty:
         return "Noise: no point recorded a spread (track_* only)."
-    return (f"Noise: median relative IQR of head {100 * rel.median():.1f}% "
-            f"over {len(rel)} points with samples or quartiles.")  # fmt: skip
+    return (
+        f"Noise: median relative IQR of head {100 * rel.median():.1f}% "
+        f"over {len(rel)} points with samples or quartiles."
+    )
 
 
 def _machine_line(machine_info: Mapping[str, object] | None) -> str:
     if not machine_info:
         return ""
-    labels = {"machine": "machine", "gpu": "GPU", "driver": "driver", "cuda": "CUDA", "torch": "torch",
-              "triton": "triton"}  # fmt: skip
+    labels = {
+        "machine": "machine",
+        "gpu": "GPU",
+        "driver": "driver",
+        "cuda": "CUDA",
+        "torch": "torch",
+        "triton": "triton",
+    }
     parts = [f"{label} `{machine_info[k]}`" for k, label in labels.items() if _present(machine_info.get(k))]
     return "Machine: " + " · ".join(parts) if parts else ""
 

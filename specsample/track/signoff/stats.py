@@ -93,10 +93,26 @@ assert VIOLATES == "violates placeholder semantics"
 
 # Columns compare() adds after the key columns.
 VERDICT_COLUMNS: tuple[str, ...] = (
-    "metric", "unit", "base_commit", "head_commit", "base_status", "head_status", "base_value", "head_value",
-    "ratio", "p_value", "test", "significant", "base_rel_iqr", "head_rel_iqr", "base_semantics",
-    "head_semantics", "base_reason", "head_reason", "verdict",
-)  # fmt: skip
+    "metric",
+    "unit",
+    "base_commit",
+    "head_commit",
+    "base_status",
+    "head_status",
+    "base_value",
+    "head_value",
+    "ratio",
+    "p_value",
+    "test",
+    "significant",
+    "base_rel_iqr",
+    "head_rel_iqr",
+    "base_semantics",
+    "head_semantics",
+    "base_reason",
+    "head_reason",
+    "verdict",
+)
 
 # Payload carried from each side into the comparison, renamed base_* / head_*.
 _SIDE_COLUMNS = ("commit", "value", "status", "samples", "ci_lo", "ci_hi", "q25", "q75", "semantics", "reason")
@@ -183,8 +199,15 @@ def compare_variants(
         key = [c for c in key_columns if c != "subject"]
     base = df[df["subject"] == base_subject]
     head = df[df["subject"] == head_subject]
-    verdicts = compare(base, head, alpha=alpha, min_effect=min_effect, min_abs_seconds=min_abs_seconds,
-                       key_columns=key, higher_is_better=higher_is_better)  # fmt: skip
+    verdicts = compare(
+        base,
+        head,
+        alpha=alpha,
+        min_effect=min_effect,
+        min_abs_seconds=min_abs_seconds,
+        key_columns=key,
+        higher_is_better=higher_is_better,
+    )
     verdicts.insert(len(key), "base_subject", base_subject)
     verdicts.insert(len(key) + 1, "head_subject", head_subject)
     return verdicts

@@ -79,11 +79,25 @@ PLANTED_LINE = re.compile(r"^PLANTED_BALLAST_ITERS = \d+$", re.M)
 # points with draft logits (the residual-mass kernel runs only there); every other point of the
 # tier is a control. tests/test_planted.py checks this against a planted commit's pipelines.
 PLANTED_SUBJECTS = ("mrv2", "mrv2-pre50939")
-GIT_USER = ("-c", "user.name=specsample validation", "-c", "user.email=validation@specsample.invalid",
-            "-c", "commit.gpgsign=false")  # fmt: skip
+GIT_USER = (
+    "-c",
+    "user.name=specsample validation",
+    "-c",
+    "user.email=validation@specsample.invalid",
+    "-c",
+    "commit.gpgsign=false",
+)
 # The calibration point: the base point of the issue, where the residual-mass kernel runs.
-CALIBRATION_POINT = dict(subject="mrv2", mode="block", draft="logits", num_reqs=128, num_speculative_steps=4,
-                         vocab_size=151936, placeholder_density=0.0, placeholder_pattern="trailing")  # fmt: skip
+CALIBRATION_POINT = dict(
+    subject="mrv2",
+    mode="block",
+    draft="logits",
+    num_reqs=128,
+    num_speculative_steps=4,
+    vocab_size=151936,
+    placeholder_density=0.0,
+    placeholder_pattern="trailing",
+)
 SMOKE_POINT = dict(CALIBRATION_POINT, num_reqs=2, num_speculative_steps=2, vocab_size=300)
 
 
@@ -134,8 +148,17 @@ def options(out: Path, repo: Path, *, smoke: bool = False, cuda: bool | None = N
 
         cuda = torch.cuda.is_available()
     if smoke:
-        defaults = dict(tier="smoke", samples=2, device="cuda" if cuda else "cpu", l2="warm", host=True,
-                        first_iters=1, scan_max=1, max_iters=64, refine=0)  # fmt: skip
+        defaults = dict(
+            tier="smoke",
+            samples=2,
+            device="cuda" if cuda else "cpu",
+            l2="warm",
+            host=True,
+            first_iters=1,
+            scan_max=1,
+            max_iters=64,
+            refine=0,
+        )
     else:
         defaults = {}
     merged = {**defaults, **given}
@@ -229,8 +252,9 @@ def calibrate(repo: Path, sha: str, opts: Options, log: Callable[[str], None] = 
     copies = input_copies(workload_of(point), opts.l2, opts.device)
 
     def sampler(iters: int):
-        calls = [_InCheckout(functools.partial(mrv2.launch, **inputs, ballast_iters=iters), checkout)
-                 for inputs in copies]  # fmt: skip
+        calls = [
+            _InCheckout(functools.partial(mrv2.launch, **inputs, ballast_iters=iters), checkout) for inputs in copies
+        ]
         if opts.host:
             return HostSampler(calls, TimingConfig("warm", 1, opts.samples))
         return Sampler(calls, TimingConfig(opts.l2, max(paired.CALLS_PER_SAMPLE, len(calls)), opts.samples))
@@ -250,8 +274,10 @@ def calibrate(repo: Path, sha: str, opts: Options, log: Callable[[str], None] = 
         measured, base = slowdowns({0: zero, iters: sampler(iters)})
         base_seconds = base_seconds or base
         scan.append((iters, measured[iters]))
-        log(f"  ballast_iters={iters:<5} {100 * measured[iters]:+6.2f}%  (base {base * 1e6:.1f} us, "
-            f"{time.monotonic() - step_start:.1f} s)")  # fmt: skip
+        log(
+            f"  ballast_iters={iters:<5} {100 * measured[iters]:+6.2f}%  (base {base * 1e6:.1f} us, "
+            f"{time.monotonic() - step_start:.1f} s)"
+        )
         if measured[iters] >= 1.5 * max(opts.targets) or iters * 2 > opts.scan_max:
             break
         iters *= 2
@@ -270,8 +296,10 @@ def calibrate(repo: Path, sha: str, opts: Options, log: Callable[[str], None] = 
         scan += [(n, s) for n, s in measured.items() if n not in dict(scan)]
         chosen = choose_iters(scan, opts.targets, opts.max_iters)
     fit = linear_fit(scan)
-    log(f"  fit: slowdown ~ {100 * fit[0]:+.2f}% + {100 * fit[1]:.3f}% per iteration "
-        f"({fit[1] * base_seconds * 1e6:.2f} us per iteration); {time.monotonic() - start:.0f} s")  # fmt: skip
+    log(
+        f"  fit: slowdown ~ {100 * fit[0]:+.2f}% + {100 * fit[1]:.3f}% per iteration "
+        f"({fit[1] * base_seconds * 1e6:.2f} us per iteration); {time.monotonic() - start:.0f} s"
+    )
     del zero
     copies.clear()  # the input tensors (GPU memory) are not needed after this
     gc.collect()
@@ -306,8 +334,16 @@ def validated_head(repo: Path) -> tuple[str, str]:
                 (wt / name).parent.mkdir(parents=True, exist_ok=True)
                 shutil.copy2(repo / name, wt / name)
         git(wt, "add", "-A", "--", "specsample")
-        git(wt, *GIT_USER, "commit", "-q", "--no-verify", "--allow-empty", "-m",
-            "validation: snapshot of the working tree's specsample/ (not on any branch)")  # fmt: skip
+        git(
+            wt,
+            *GIT_USER,
+            "commit",
+            "-q",
+            "--no-verify",
+            "--allow-empty",
+            "-m",
+            "validation: snapshot of the working tree's specsample/ (not on any branch)",
+        )
         sha = git(wt, "rev-parse", "HEAD")
     return sha, f"snapshot of the working tree's specsample/ on HEAD {head[:8]}"
 
@@ -326,8 +362,17 @@ def planted_commit(repo: Path, base: str, iters: int, target: float | None = Non
             raise ValidationError(f"{base[:8]}: no single 'PLANTED_BALLAST_ITERS = <n>' line in {PLANTED_FILE}")
         path.write_text(text)
         what = f"{100 * target:g}% slowdown, " if target is not None else ""
-        git(wt, *GIT_USER, "commit", "-q", "--no-verify", "-m",
-            f"validation: planted {what}PLANTED_BALLAST_ITERS = {iters} (not on any branch)", "--", PLANTED_FILE)  # fmt: skip
+        git(
+            wt,
+            *GIT_USER,
+            "commit",
+            "-q",
+            "--no-verify",
+            "-m",
+            f"validation: planted {what}PLANTED_BALLAST_ITERS = {iters} (not on any branch)",
+            "--",
+            PLANTED_FILE,
+        )
         return git(wt, "rev-parse", "HEAD")
 
 
@@ -393,8 +438,11 @@ def judge(run: Run) -> dict:
         row["verdict"] = "pass" if all_caught and clean else "FAIL"
     else:
         missed = int(hit.sum() - (reg & hit).sum())
-        row["verdict"] = (("caught everywhere" if all_caught else f"missed {missed}")
-                          + ("" if clean else ", flagged elsewhere") + " (no requirement)")  # fmt: skip
+        row["verdict"] = (
+            ("caught everywhere" if all_caught else f"missed {missed}")
+            + ("" if clean else ", flagged elsewhere")
+            + " (no requirement)"
+        )
     return row
 
 
@@ -428,8 +476,9 @@ def separate_comparisons(runs: list[Run], opts: Options) -> list[Separate]:
         run_base, run_head = paired.split_sides(run.result.frame)
         out.append(Separate(f"A/A (separate) {i}", None, prev.name, run.name, judge_sides(prev_base, run_base)))
         if run.target is not None:
-            out.append(Separate(f"{run.name} (separate)", run.target, prev.name, run.name,
-                                judge_sides(prev_base, run_head)))  # fmt: skip
+            out.append(
+                Separate(f"{run.name} (separate)", run.target, prev.name, run.name, judge_sides(prev_base, run_head))
+            )
     return out
 
 
@@ -440,8 +489,10 @@ def _false_alarm_line(seps: list[Separate], opts: Options) -> str:
     compared = sum(int(s.verdicts["verdict"].isin(stats.COMPARED_VERDICTS).sum()) for s in aa)
     alarms = sum(int((s.verdicts["verdict"] == "regression").sum()) for s in aa)
     rate = f"{100 * alarms / compared:.1f}%" if compared else "n/a"
-    return (f"Separate-process false alarms at {100 * opts.separate_min_effect:g}% (no absolute floor): {alarms} "
-            f"regressions flagged in {compared} A/A point comparisons over {len(aa)} pairs of runs ({rate}).")  # fmt: skip
+    return (
+        f"Separate-process false alarms at {100 * opts.separate_min_effect:g}% (no absolute floor): {alarms} "
+        f"regressions flagged in {compared} A/A point comparisons over {len(aa)} pairs of runs ({rate})."
+    )
 
 
 def overall(runs: list[Run]) -> str:
@@ -453,8 +504,15 @@ def overall(runs: list[Run]) -> str:
     return "PASS" if all(r["verdict"] == "pass" for r in required) else "FAIL"
 
 
-def matrix_markdown(runs: list[Run], seps: list[Separate], calibration: Calibration | None, opts: Options,
-                    head: str, head_how: str, elapsed: float) -> str:  # fmt: skip
+def matrix_markdown(
+    runs: list[Run],
+    seps: list[Separate],
+    calibration: Calibration | None,
+    opts: Options,
+    head: str,
+    head_how: str,
+    elapsed: float,
+) -> str:
     lines = [
         "# Sign-off validation: detection matrix",
         "",
@@ -498,8 +556,10 @@ def matrix_markdown(runs: list[Run], seps: list[Separate], calibration: Calibrat
             return "—"
         if calibration is None:
             return f"{100 * target:g}% (`{sha[:8]}`)"
-        return (f"{100 * target:g}%: {calibration.chosen[target]} iterations, "
-                f"{100 * calibration.measured[target]:+.2f}% (`{sha[:8]}`)")  # fmt: skip
+        return (
+            f"{100 * target:g}%: {calibration.chosen[target]} iterations, "
+            f"{100 * calibration.measured[target]:+.2f}% (`{sha[:8]}`)"
+        )
 
     lines += [
         "## Paired runs (`specsample signoff`)",
@@ -511,8 +571,11 @@ def matrix_markdown(runs: list[Run], seps: list[Separate], calibration: Calibrat
     for run in runs:
         r = judge(run)
         cells = [r.get(k, "") for k in ("touched", "untouched", "improvements", "unverified", "exit")]
-        lines.append(f"| {run.name} | {planted_cell(run.target, run.head)} | " + " | ".join(map(str, cells))
-                     + f" | {r['verdict']} |")  # fmt: skip
+        lines.append(
+            f"| {run.name} | {planted_cell(run.target, run.head)} | "
+            + " | ".join(map(str, cells))
+            + f" | {r['verdict']} |"
+        )
     by_name = {run.name: run for run in runs}
     lines += [
         "",
@@ -532,21 +595,34 @@ def matrix_markdown(runs: list[Run], seps: list[Separate], calibration: Calibrat
         r = judge_separate(sep)
         head_side = "head" if sep.target is not None else "base"
         cells = [r[k] for k in ("touched", "untouched", "improvements", "unverified")]
-        lines.append(f"| {sep.name} | {sep.base_of} (base) | {sep.head_of} ({head_side}; "
-                     f"{planted_cell(sep.target, by_name[sep.head_of].head)}) | "
-                     + " | ".join(map(str, cells)) + f" | {r['verdict']} |")  # fmt: skip
+        lines.append(
+            f"| {sep.name} | {sep.base_of} (base) | {sep.head_of} ({head_side}; "
+            f"{planted_cell(sep.target, by_name[sep.head_of].head)}) | "
+            + " | ".join(map(str, cells))
+            + f" | {r['verdict']} |"
+        )
     return "\n".join(lines) + "\n"
 
 
-def write_outputs(out: Path, runs: list[Run], seps: list[Separate], calibration: Calibration | None, opts: Options,
-                  head: str, head_how: str, elapsed: float) -> None:  # fmt: skip
+def write_outputs(
+    out: Path,
+    runs: list[Run],
+    seps: list[Separate],
+    calibration: Calibration | None,
+    opts: Options,
+    head: str,
+    head_how: str,
+    elapsed: float,
+) -> None:
     out.mkdir(parents=True, exist_ok=True)
     done = [run for run in runs if run.result is not None]
     (out / "detection-matrix.md").write_text(matrix_markdown(runs, seps, calibration, opts, head, head_how, elapsed))
     texts = [f"# {run.name}\n\n{run.result.report}" for run in done]
-    texts += [f"# {sep.name}: {sep.base_of} base vs {sep.head_of}\n\n"
-              + report.report_markdown(sep.verdicts, title=f"separate-process comparison: {sep.name}")
-              for sep in seps]  # fmt: skip
+    texts += [
+        f"# {sep.name}: {sep.base_of} base vs {sep.head_of}\n\n"
+        + report.report_markdown(sep.verdicts, title=f"separate-process comparison: {sep.name}")
+        for sep in seps
+    ]
     (out / "reports.md").write_text("\n".join(texts))
     if calibration is not None:
         payload = dataclasses.asdict(calibration)
@@ -556,9 +632,11 @@ def write_outputs(out: Path, runs: list[Run], seps: list[Separate], calibration:
     if not done:
         return
     frames = pd.concat([run.result.frame.assign(run=run.name) for run in done], ignore_index=True)
-    verdicts = pd.concat([run.result.verdicts.assign(run=run.name, comparison="paired") for run in done]
-                         + [sep.verdicts.assign(run=sep.name, comparison="separate") for sep in seps],
-                         ignore_index=True)  # fmt: skip
+    verdicts = pd.concat(
+        [run.result.verdicts.assign(run=run.name, comparison="paired") for run in done]
+        + [sep.verdicts.assign(run=sep.name, comparison="separate") for sep in seps],
+        ignore_index=True,
+    )
     verdicts.to_csv(out / "verdicts.csv", index=False)
     if importlib.util.find_spec("pyarrow") is not None:
         frames.to_parquet(out / "frames.parquet", index=False)
@@ -619,11 +697,16 @@ def validate(opts: Options, log: Callable[[str], None] = log_to_stdout) -> int:
     calibration = calibrate(repo, head, opts, log)
     # b. planted commits
     plants = {t: planted_commit(repo, head, n, t) for t, n in calibration.chosen.items()}
-    log("planted commits: " + ", ".join(f"{100 * t:g}% {sha[:8]}" for t, sha in plants.items())
-        + f" ({time.monotonic() - start:.0f} s)")  # fmt: skip
+    log(
+        "planted commits: "
+        + ", ".join(f"{100 * t:g}% {sha[:8]}" for t, sha in plants.items())
+        + f" ({time.monotonic() - start:.0f} s)"
+    )
     # c. sign-offs, in an order that keeps both kinds if the budget runs out
-    runs = [Run(name, target, plants[target] if target is not None else head, index, order=i)
-            for i, (name, target, index) in enumerate(run_order(opts.aa_runs, opts.targets))]  # fmt: skip
+    runs = [
+        Run(name, target, plants[target] if target is not None else head, index, order=i)
+        for i, (name, target, index) in enumerate(run_order(opts.aa_runs, opts.targets))
+    ]
     seps: list[Separate] = []
     last = 0.0  # the previous run's seconds: the estimate of the next one's
     for i, run in enumerate(runs, 1):
@@ -635,20 +718,34 @@ def validate(opts: Options, log: Callable[[str], None] = log_to_stdout) -> int:
         log(f"[run {i}/{len(runs)}] {run.name}: {head[:8]} vs {run.head[:8]}")
         try:
             run.result = paired.signoff_commits(
-                repo, head, run.head, tier=opts.tier, sweeps=opts.sweeps or None, subjects=opts.subjects or None,
-                samples=opts.samples, machine=opts.machine, alpha=opts.alpha, min_effect=opts.min_effect,
-                min_abs_seconds=opts.min_abs_seconds, device=opts.device, l2=opts.l2, host=opts.host,
-                environment=environment, log=log,
-            )  # fmt: skip
+                repo,
+                head,
+                run.head,
+                tier=opts.tier,
+                sweeps=opts.sweeps or None,
+                subjects=opts.subjects or None,
+                samples=opts.samples,
+                machine=opts.machine,
+                alpha=opts.alpha,
+                min_effect=opts.min_effect,
+                min_abs_seconds=opts.min_abs_seconds,
+                device=opts.device,
+                l2=opts.l2,
+                host=opts.host,
+                environment=environment,
+                log=log,
+            )
         except Exception as exc:  # noqa: BLE001 - recorded in the matrix; the other runs go on
             traceback.print_exc()
             run.skipped = f"error: {type(exc).__name__}: {exc}".splitlines()[0][:200]
             continue
         last = run.result.seconds
         row = judge(run)
-        log(f"[run {i}/{len(runs)}] {run.name}: exit {run.result.exit_code}, regressions touched {row['touched']}, "
+        log(
+            f"[run {i}/{len(runs)}] {run.name}: exit {run.result.exit_code}, regressions touched {row['touched']}, "
             f"untouched {row['untouched']}: {row['verdict']} ({run.result.seconds:.0f} s; "
-            f"{time.monotonic() - start:.0f} s so far)")  # fmt: skip
+            f"{time.monotonic() - start:.0f} s so far)"
+        )
         gc.collect()
         seps = separate_comparisons(runs, opts)
         write_outputs(opts.out, display_order(runs), seps, calibration, opts, head, head_how, time.monotonic() - start)

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Wheels a GPU box without network needs (asv and what it needs; FlashInfer 0.6.5 for the peer
+# subjects), for Python 3.12 on x86-64 Linux, into .whl/ at the repository root (git-ignored).
+# Carry .whl to the box with the checkout; `source scripts/gpu-env.sh` there installs them.
+# Usage: scripts/device-wheels.sh [EXTRA==VERSION ...]
+set -euo pipefail
+cd "$(git rev-parse --show-toplevel)"
+mkdir -p .whl
+pkgs=(asv==0.6.6 asv-runner==0.3.2 json5 virtualenv distlib platformdirs importlib-metadata==8.7.0 pympler
+      flashinfer-python==0.6.5 apache-tvm-ffi==0.1.15.post2 "$@")
+python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+  --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+  -d .whl "${pkgs[@]}"
+ls .whl
