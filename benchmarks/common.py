@@ -173,6 +173,7 @@ def _job_options(sweep: Sweep) -> worker.JobOptions:
         calls_per_sample=NIGHTLY_TIMING.calls_per_sample,
         num_samples=NIGHTLY_TIMING.num_samples,
         gpus=gpus,
+        max_crashes=sweep.max_crashes,
     )
 
 

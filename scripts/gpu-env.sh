@@ -10,7 +10,9 @@ specsample() { python3 -m specsample.cli "$@"; }
 # The device gets a copy of the working tree without its history: rebuild it from the carried bundle
 # (../ .carry/repo.bundle, made with `git bundle create .carry/repo.bundle --all`) so asv can
 # read commit dates and backfill can make worktrees.
-if ! git rev-parse -q --verify HEAD >/dev/null 2>&1 && [ -f .carry/repo.bundle ]; then
+# Always from the bundle when one is carried: a .git left on the box may hold an older HEAD, and
+# asv would then file the results under the wrong commit.
+if [ -f .carry/repo.bundle ]; then
   rm -rf .git && git clone -q --bare .carry/repo.bundle .git && git config --bool core.bare false \
     && git config user.email gpu@specsample.local && git config user.name "specsample gpu" \
     && git reset -q && git worktree prune

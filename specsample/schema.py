@@ -95,7 +95,9 @@ BASE_POINT = {
 # ---- subjects ----------------------------------------------------------------------------------
 
 # specsample's own subjects, in display order. specsample.subjects registers exactly these.
-OUR_SUBJECTS = ("mrv2", "fast", "mrv2-pre50939", "torch-eager", "flashinfer", "flashinfer-kernel", "express")
+OUR_SUBJECTS = (
+    "mrv2", "fast", "mrv2-pre50939", "torch-eager", "flashinfer", "flashinfer-kernel", "express", "mrv2-vllm",
+)  # fmt: skip
 
 # The subject every ratio is taken against.
 BASELINE_SUBJECT = "mrv2"

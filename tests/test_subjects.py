@@ -18,7 +18,16 @@ V, R, K = 257, 12, 3
 
 def test_registry_lists_every_subject_once():
     names = subjects.names()
-    assert names == ("mrv2", "fast", "mrv2-pre50939", "torch-eager", "flashinfer", "flashinfer-kernel", "express")
+    assert names == (
+        "mrv2",
+        "fast",
+        "mrv2-pre50939",
+        "torch-eager",
+        "flashinfer",
+        "flashinfer-kernel",
+        "express",
+        "mrv2-vllm",
+    )
     assert len(set(names)) == len(names)
     assert "REPLICA" in subjects.get("mrv2-pre50939").summary
 

@@ -10,6 +10,9 @@
 ``torch-eager``    the same algorithm and random numbers in vectorized PyTorch
                    (:mod:`specsample.reference.batched`): batched ops over all requests, no
                    host syncs, CUDA-graph capturable. (The name is kept: results key on it.)
+``mrv2-vllm``      ``mrv2`` without its one deliberate difference from vLLM's kernels (NaN logits
+                   mapped to -inf on load) and at vLLM's 4 warps: the replica whose work is vLLM
+                   0.28-0.30's (notes/performance.md, replica fidelity).
 ``express``        mrv2's verification and acceptance uniforms with its own random stream for the
                    recovered / bonus token (two-level inverse-transform sampling, no per-token
                    noise; :mod:`specsample.kernels.express`, reference
@@ -31,6 +34,12 @@ from .base import Capabilities, PreparedCall, Subject, identity
 # ballast_iters argument) for mrv2 and mrv2-pre50939. 0 here, always: sign-off validation
 # (specsample signoff-validate) makes throw-away commits that change only this number.
 PLANTED_BALLAST_ITERS = 0
+
+
+# mrv2's Pipeline options that make its work vLLM 0.28-0.30's exactly: no NaN -> -inf mapping
+# on load (specsample's documented NaN semantics; 4-6% at R >= 32 on the H200) and vLLM's 4 warps
+# for the stats and residual-mass kernels (notes/performance.md, replica fidelity).
+MRV2_AS_VLLM = {"nan_guard": False, "block_warps": 4}
 
 
 def _sampler_call(inputs: dict, launch) -> PreparedCall:
@@ -74,6 +83,14 @@ SUBJECTS = (
         ),
         provenance=_provenance(pre50939),
         pipeline=functools.partial(pre50939.Pipeline, ballast_iters=PLANTED_BALLAST_ITERS),
+    ),
+    Subject(
+        "mrv2-vllm",
+        "mrv2 less its one deliberate difference (NaN logits as -inf), at vLLM's 4 warps: vLLM 0.28-0.30's work",
+        Capabilities(),
+        functools.partial(_sampler_call, launch=functools.partial(mrv2.launch, **MRV2_AS_VLLM)),
+        provenance=_provenance(mrv2),
+        pipeline=functools.partial(mrv2.Pipeline, **MRV2_AS_VLLM),
     ),
     Subject(
         "torch-eager",
