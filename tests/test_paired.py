@@ -107,7 +107,7 @@ def test_points_select_by_sweep_subject_and_axis():
     with pytest.raises(paired.SignoffError, match=r"sweep: Nope not in tier 'quick'; its sweeps: Density, Shape"):
         paired.points("quick", sweeps=["Nope"])
     with pytest.raises(
-        paired.SignoffError, match=r"subject: nosuch not measured .* they measure fast, mrv2, mrv2-pre50939"
+        paired.SignoffError, match=r"subject: nosuch not measured .* they measure express, fast, mrv2, mrv2-pre50939"
     ):
         paired.points("smoke", subjects=["mrv2", "nosuch"])
     with pytest.raises(paired.SignoffError, match=r"mode: standard not measured .* they measure block, greedy"):
