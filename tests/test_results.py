@@ -346,10 +346,12 @@ def test_split_benchmark_name(name, expected):
     assert (got["module"], got["tier"], got["sweep"], got["metric"]) == expected
 
 
-def test_tiers_match_the_suite_grid():
-    grid = pytest.importorskip("specsample.grid")
-    assert [t.lower() for t in results.TIERS] == list(grid.TIERS)
-    assert set(results.PARAM_COLUMNS) == {*grid.PARAM_NAMES, "stage"}
+def test_tiers_and_axes_match_the_suite():
+    from specsample import schema, tiers
+
+    assert [t.lower() for t in results.TIERS] == list(schema.TIERS)
+    assert {s.tier for s in tiers.sweeps()} <= set(schema.TIERS)
+    assert set(results.PARAM_COLUMNS) == {a for s in tiers.sweeps() for a in s.axis_names}
 
 
 def test_api_versions_match_installed_asv():

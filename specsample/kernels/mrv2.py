@@ -1,6 +1,6 @@
 """MRV2 rejection sampler in Triton: six kernels and one launcher.
 
-This is the pipeline of spec sections 2-3 (``../shared/spec/rejection-sampling.md``), written
+This is the pipeline of ``docs/algorithm.md`` (the spec's sections 2-3), written
 from the spec, in its post-PR-#50939 form. One flag, ``PLACEHOLDER_FIX``, switches every kernel
 back to the pre-#50939 behaviour for the benchmark-only replica in :mod:`.pre50939`; the
 replica clamps the ``-1`` indices that upstream read out of bounds, so both forms are memory-safe.

@@ -6,7 +6,7 @@ synchronisation (no ``.item()``, ``.tolist()``, ``nonzero()`` or boolean-mask in
 output shape that depends on the data, so the call can be captured in a CUDA graph. It is the
 ``torch-eager`` subject. :mod:`specsample.reference.mrv2` stays the readable statement of the
 algorithm (a loop over requests); this module computes the same thing and draws the same Philox
-numbers (spec ``/work/shared/spec/rejection-sampling.md``, sections 3, 5.x POST, 5.4 and 6), so
+numbers (``docs/algorithm.md``, ``docs/placeholders.md``), so
 on the same inputs both emit the same tokens except where an fp32 rounding difference flips a
 comparison that sits within an ulp of its threshold (reductions over differently shaped tensors
 may round differently, most of all on the GPU).

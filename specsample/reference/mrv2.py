@@ -1,7 +1,7 @@
 """Plain-PyTorch reference of the post-#50939 MRV2 rejection sampler.
 
 This is the readable statement of what the Triton pipeline in :mod:`specsample.kernels` computes
-(spec ``/work/shared/spec/rejection-sampling.md``, sections 3, 5.x POST, 5.4 and 6). It loops over
+(``docs/algorithm.md``, ``docs/placeholders.md``). It loops over
 requests, vectorises over draft steps and the vocabulary, and runs on CPU or CUDA. Every random
 draw is bit-identical to the kernels' (see :mod:`specsample.reference.philox`), so on the same inputs both
 make the same decisions except where an fp32 rounding difference flips a comparison that sits
