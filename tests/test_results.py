@@ -384,3 +384,15 @@ def test_asv_regressions_absent_or_broken(tmp_path):
     (tmp_path / "regressions.json").write_text('{"regressions": [')
     steps, problems = load_asv_regressions(tmp_path)
     assert steps.empty and len(problems) == 1
+
+
+@pytest.mark.parametrize("module", ["specsample", "specsample.track.results", "specsample.schema", "specsample.cli"])
+def test_importing_loads_no_torch_and_no_triton(module):
+    """The results frame, the names and the CLI's parser load without torch or Triton, so the
+    dashboards and reports build on any machine."""
+    import subprocess
+    import sys
+
+    code = f"import sys, {module}; print(sorted(m for m in ('torch', 'triton') if m in sys.modules))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert done.stdout.strip() == "[]", done.stdout + done.stderr
