@@ -17,7 +17,6 @@ The repository is ``$SPECSAMPLE_REPO``, else the git checkout around the working
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import importlib
 import importlib.abc
@@ -28,7 +27,6 @@ import io
 import subprocess
 import sys
 import tarfile
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -38,6 +36,7 @@ from filelock import FileLock
 from ..schema import SubjectName
 from .base import Capabilities, PreparedCall, Subject, SubjectError
 from .cache import cache_root
+from .namespace import ActiveCall, swapped
 
 PACKAGE = "specsample"
 
@@ -94,10 +93,6 @@ def extract(repo: Path, sha: str) -> Path:
 # ---------------------------------------------------------------------------------------------
 
 
-def _package_modules() -> dict[str, ModuleType]:
-    return {k: v for k, v in sys.modules.items() if k == PACKAGE or k.startswith(PACKAGE + ".")}
-
-
 class _CheckoutFinder(importlib.abc.MetaPathFinder):
     """Finds ``specsample`` and its submodules in one checkout, ahead of every other finder.
 
@@ -139,27 +134,13 @@ class Checkout:
         """The checkout's subjects registry (``subjects``), or ``variants`` before it existed."""
         return self.modules.get(f"{PACKAGE}.subjects") or self.modules[f"{PACKAGE}.variants"]
 
-    @contextlib.contextmanager
-    def active(self) -> Iterator[None]:
+    def active(self):
         """``sys.modules`` holds this checkout's ``specsample`` inside, the running one after.
 
         For imports done at call time (``from ..sampler import x`` in a function): inside, they
         resolve to this checkout; modules first imported inside are kept with the checkout.
         """
-        saved = _package_modules()
-        for name in saved:
-            del sys.modules[name]
-        sys.modules.update(self.modules)
-        finder = _CheckoutFinder(self.root)
-        sys.meta_path.insert(0, finder)
-        try:
-            yield
-        finally:
-            sys.meta_path.remove(finder)
-            self.modules.update(_package_modules())
-            for name in _package_modules():
-                del sys.modules[name]
-            sys.modules.update(saved)
+        return swapped(PACKAGE, self.modules, _CheckoutFinder(self.root))
 
 
 def load_checkout(root: str | Path, commit: str | None = None) -> Checkout:
@@ -229,17 +210,6 @@ def side_workload(w, cls: type):
 # ---------------------------------------------------------------------------------------------
 
 
-class _ActiveCall:
-    """A call of a checkout's code, run with the checkout's modules active."""
-
-    def __init__(self, fn, checkout: Checkout) -> None:
-        self.fn, self.checkout = fn, checkout
-
-    def __call__(self, *args):
-        with self.checkout.active():
-            return self.fn(*args)
-
-
 def _checkout_subject(checkout: Checkout, base: str, label: str) -> Subject:
     with checkout.active():
         try:
@@ -261,7 +231,7 @@ def _checkout_subject(checkout: Checkout, base: str, label: str) -> Subject:
         with checkout.active():
             prepared = inner.prepare(w_side, device=device, inputs=inputs)
         return PreparedCall(
-            _ActiveCall(prepared.call, checkout), prepared.finish, getattr(prepared, "graph_capturable", True)
+            ActiveCall(prepared.call, checkout.active), prepared.finish, getattr(prepared, "graph_capturable", True)
         )
 
     subject = _CommitSubject(

@@ -22,6 +22,7 @@ from ..base import NotSupported, PreparedCall, Subject, SubjectError, identity
 from . import shim, store
 from .adapter import adapt
 from .closure import ROOT_MODULE
+from ..namespace import ActiveCall
 from .loader import Namespace
 
 __all__ = ["subject", "fetch", "entry"]
@@ -45,17 +46,6 @@ def entry(name: SubjectName) -> store.Entry:
     raise SubjectError(f"{name.text}: not a vLLM subject")
 
 
-class _ActiveCall:
-    """The launcher, called with its namespace active (for imports done at call time)."""
-
-    def __init__(self, fn, namespace: Namespace) -> None:
-        self.fn, self.namespace = fn, namespace
-
-    def __call__(self):
-        with self.namespace.active():
-            return self.fn()
-
-
 def subject(name: SubjectName) -> Subject:
     """Load a vLLM subject (see the module docstring); ``SubjectError`` with the reason if not."""
     found = entry(name)
@@ -71,7 +61,7 @@ def subject(name: SubjectName) -> Subject:
         from ...validation import check_inputs
 
         check_inputs(**inputs)  # once here: the timed call is vLLM's launcher alone
-        call = _ActiveCall(functools.partial(launcher, **adapter.arguments(inputs)), namespace)
+        call = ActiveCall(functools.partial(launcher, **adapter.arguments(inputs)), namespace.active)
         return PreparedCall(call, identity)
 
     provenance = dict(found.provenance(), ignored_arguments=list(adapter.ignored))

@@ -17,25 +17,19 @@ calls need no activation, but they get one anyway, for imports done at call time
 
 from __future__ import annotations
 
-import contextlib
 import importlib
 import importlib.abc
 import importlib.machinery
 import importlib.util
-import sys
-from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 
 from ..base import SubjectError
+from ..namespace import swapped
 from . import shim
 from .closure import module_name
 
 PACKAGE = "vllm"
-
-
-def _vllm_modules() -> dict[str, ModuleType]:
-    return {k: v for k, v in sys.modules.items() if k == PACKAGE or k.startswith(PACKAGE + ".")}
 
 
 class _StubLoader(importlib.abc.Loader):
@@ -94,22 +88,8 @@ class Namespace:
         } - set(self.modules_to_files)
         self.modules: dict[str, ModuleType] = {}
 
-    @contextlib.contextmanager
-    def active(self) -> Iterator[None]:
-        saved = _vllm_modules()
-        for name in saved:
-            del sys.modules[name]
-        sys.modules.update(self.modules)
-        finder = _ClosureFinder(self)
-        sys.meta_path.insert(0, finder)
-        try:
-            yield
-        finally:
-            sys.meta_path.remove(finder)
-            self.modules.update(_vllm_modules())
-            for name in _vllm_modules():
-                del sys.modules[name]
-            sys.modules.update(saved)
+    def active(self):
+        return swapped(PACKAGE, self.modules, _ClosureFinder(self))
 
     def import_module(self, name: str) -> ModuleType:
         """Import ``name`` from this namespace. A module the closure lacks, or one that raises
