@@ -188,16 +188,23 @@ def _reference_output(w: Workload, inputs: dict, on_phase: OnPhase):
     return subjects.get(BASELINE_SUBJECT).run(w, inputs["target_logits"].device, inputs)
 
 
-def _raise_if_poisoned(device: torch.device, exc: BaseException) -> None:
-    """Re-raise ``exc`` when the CUDA context no longer works (a sticky error: illegal address,
-    launch failure): every later call in this process would fail or lie."""
-    if device.type != "cuda":
-        return
+def context_lost(device: str | torch.device) -> bool:
+    """True when the CUDA context no longer works (a sticky error: illegal address, launch
+    failure): every later call in this process would fail or lie."""
+    if torch.device(device).type != "cuda":
+        return False
     try:
         torch.cuda.synchronize()
         torch.empty(1, device=device).fill_(0).item()
-    except Exception as poisoned:  # noqa: BLE001
-        raise RuntimeError(f"CUDA context lost: {describe(exc)}") from poisoned
+    except Exception:  # noqa: BLE001
+        return True
+    return False
+
+
+def _raise_if_poisoned(device: torch.device, exc: BaseException) -> None:
+    """Re-raise ``exc`` when the CUDA context is lost (:func:`context_lost`)."""
+    if context_lost(device):
+        raise RuntimeError(f"CUDA context lost: {describe(exc)}")
 
 
 # ---- per-kernel timing -------------------------------------------------------------------------

@@ -461,6 +461,7 @@ def main(argv: list[str] | None = None) -> int:
         Unit(u["key"], u["point"], tuple(u["subjects"]), u["kind"], tuple(u["labels"]) if u["labels"] else None)
         for u in job["units"]
     ]
+    from . import measure
     from .timing import describe
 
     seen: set[str] = set()
@@ -479,7 +480,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             records = _measure_unit(unit, options, on_phase)
         except Exception as exc:  # noqa: BLE001 - a lost CUDA context, or inputs that cannot be built
-            if state["subject"] is None and not _context_lost(options.device):
+            if state["subject"] is None and not measure.context_lost(options.device):
                 # Nothing of a subject's ran yet (e.g. the inputs do not fit): every subject failed.
                 records = {name: {"status": "failed", "reason": describe(exc)} for name in unit.names}
             else:
@@ -487,18 +488,6 @@ def main(argv: list[str] | None = None) -> int:
                 return CRASH_EXIT
         _emit({"event": "done", "key": unit.key, "records": records})
     return 0
-
-
-def _context_lost(device: str) -> bool:
-    if device != "cuda":
-        return False
-    import torch
-
-    try:
-        torch.cuda.synchronize()
-        return False
-    except Exception:  # noqa: BLE001
-        return True
 
 
 if __name__ == "__main__":
