@@ -40,16 +40,17 @@ scratch directory private to one asv run.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import json
 import os
 import pickle
+import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
 import torch
+from filelock import FileLock
 from asv_runner.benchmarks.mark import SkipNotImplemented
 
 from specsample import subjects, timing, worker
@@ -99,8 +100,7 @@ def shared_measurement(key: str, measure: Callable[[], object]) -> object:
     If ``measure()`` raises (e.g. NotImplementedError without a GPU), nothing is stored and the
     exception propagates, so a caller's ``setup`` turns it into an asv skip."""
     path = _run_scratch() / f"{key}.pkl"
-    with open(path.with_suffix(".lock"), "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with FileLock(str(path.with_suffix(".lock"))):
         with contextlib.suppress(FileNotFoundError):
             return pickle.loads(path.read_bytes())
         value = measure()
@@ -123,7 +123,7 @@ def workload_of(point: dict):
 def _progress(line: str) -> None:
     """Progress of a long measurement: stderr, and the run's progress file, which
     ``specsample bench`` prints as it grows (asv shows a benchmark's output only at its end)."""
-    print(line, file=__import__("sys").stderr, flush=True)
+    print(line, file=sys.stderr, flush=True)
     with contextlib.suppress(OSError), open(_run_scratch() / "progress.log", "a") as fh:
         fh.write(line + "\n")
 
