@@ -4,8 +4,9 @@
 # GPU box, from the repository root, after `source scripts/gpu-env.sh`.
 set -u
 status=0
-# fast in each of its batch-size configurations
-for run in mrv2 "fast --fast-config tiny" "fast --fast-config small" "fast --fast-config large" mrv2-pre50939 torch-eager; do
+# fast and express in each of their batch-size configurations, forced at every batch size
+for run in mrv2 mrv2-vllm "fast --config tiny" "fast --config small" "fast --config large" \
+  express "express --config small" "express --config large" mrv2-pre50939 torch-eager; do
   log=$(mktemp)
   # shellcheck disable=SC2086  # $run is a subject and its options
   timeout "${MEMCHECK_TIMEOUT:-120}" compute-sanitizer --tool memcheck --error-exitcode 1 \

@@ -83,6 +83,7 @@ class Outcome:
     workers: int = 0
     seconds: float = 0.0
     done: int = 0  # units finished by a worker (for progress lines)
+    started: float = field(default_factory=time.monotonic)  # for the elapsed time in progress lines
 
 
 # ---------------------------------------------------------------------------------------------
@@ -106,8 +107,8 @@ def run_units(
     unfinished units once to the next GPU; after that they are reported as failed.
     """
     log = log or _default_log
-    start = time.monotonic()
     outcome = Outcome(records={u.key: {} for u in units})
+    start = outcome.started
     gpus = tuple(options.gpus or ())
     if len(gpus) <= 1:
         _run_shard(list(units), options, outcome, {}, python, log, len(units), gpus[0] if gpus else None)
@@ -286,7 +287,8 @@ def _run_worker(units, options, outcome, python, log, total, gpu=None, lock=None
                     finished = outcome.done
                 done.add(event["key"])
                 unit = next(u for u in units if u.key == event["key"])
-                log(f"[{finished}/{total}] {_label(unit.point)}  {_summary(event['records'])}")
+                elapsed = time.monotonic() - outcome.started
+                log(f"[{finished}/{total}] {_label(unit.point)}  {_summary(event['records'])}  ({elapsed:.0f} s)")
                 current_key, current_subject = None, None
             elif kind == "crash":
                 crash = (event["key"], event.get("subject"), event["reason"])

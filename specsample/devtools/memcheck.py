@@ -2,10 +2,12 @@
 
 ::
 
-    python -m specsample.devtools.memcheck SUBJECT [--fast-config tiny|small|large]
+    python -m specsample.devtools.memcheck SUBJECT [--config NAME]
 
 ``scripts/memcheck.sh`` runs this under ``compute-sanitizer --tool memcheck`` once per subject
-(and fast once per configuration) on the GPU box. Without a GPU it runs under Triton's
+and, for the samplers whose launch geometry depends on the batch size (fast: tiny, small,
+large; express: small, large), once per configuration forced at every batch size, on the GPU
+box. Without a GPU it runs under Triton's
 interpreter (set here when ``TRITON_INTERPRET`` is unset): no memory checking there, but it
 proves every case runs. Cases: placeholder-heavy, all-placeholder, all-NaN logits, V not a
 multiple of any block size, R=1, ragged requests, in every mode and draft kind; every output
@@ -29,40 +31,47 @@ CASES = {
 }
 # Subjects run here: ours but the peers (FlashInfer is not ours to check).
 SUBJECTS = tuple(s for s in OUR_SUBJECTS if not s.startswith("flashinfer"))
-FAST_CONFIGS = ("tiny", "small", "large")
+# Launch configurations by subject (``config=`` of its sampler), each forced at every batch size.
+CONFIGS = {
+    "fast": {"tiny": "TINY_BATCH_CONFIG", "small": "SMALL_BATCH_CONFIG", "large": "LARGE_BATCH_CONFIG"},
+    "express": {"small": "SMALL_BATCH_CONFIG", "large": "LARGE_BATCH_CONFIG"},
+}
 # The pre-#50939 replica emits the raw -1 of a block-verification placeholder (spec 5.1).
 EMITS_PLACEHOLDERS = ("mrv2-pre50939",)
 
 
-def _caller(subject: str, fast_config: str | None):
+def _caller(subject: str, config_name: str | None):
     """``(call, unsupported)`` for ``subject``: ``call(w, device, inputs) -> (sampled,
-    num_sampled)`` and ``unsupported(w) -> reason or None``, from its registry entry; for fast
-    with ``fast_config`` named, fast's sampler with that configuration at every batch size
-    (its ``config=`` argument)."""
-    if fast_config is None:
+    num_sampled)`` and ``unsupported(w) -> reason or None``, from its registry entry; with
+    ``config_name`` (see :data:`CONFIGS`), the subject's sampler with that configuration at every
+    batch size (its ``config=`` argument)."""
+    if config_name is None:
         from .. import subjects
 
         return subjects.get(subject).run, subjects.get(subject).unsupported
-    from ..kernels import fast
-    from ..sampler import rejection_sample_fast
+    from .. import sampler
+    from ..kernels import express, fast
 
-    config = {"tiny": fast.TINY_BATCH_CONFIG, "small": fast.SMALL_BATCH_CONFIG, "large": fast.LARGE_BATCH_CONFIG}
-    forced = config[fast_config]
+    module, launch = {
+        "fast": (fast, sampler.rejection_sample_fast),
+        "express": (express, sampler.rejection_sample_express),
+    }[subject]
+    forced = getattr(module, CONFIGS[subject][config_name])
 
     def call(w, device, inputs):
-        return rejection_sample_fast(**inputs, config=forced)
+        return launch(**inputs, config=forced)
 
     return call, lambda w: None
 
 
-def run(subject: str, device: str, vocab_size: int = 20000, fast_config: str | None = None) -> int:
+def run(subject: str, device: str, vocab_size: int = 20000, config: str | None = None) -> int:
     """Every case in every mode and draft kind the subject supports, with finite and all-NaN
     target logits; returns the number of calls made (an ``AssertionError`` names a bad output)."""
     import torch
 
     from ..workloads import Workload, make_inputs
 
-    call, unsupported = _caller(subject, fast_config)
+    call, unsupported = _caller(subject, config)
     count = 0
     for (name, fields), mode, draft in itertools.product(
         CASES.items(), ("greedy", "standard", "block"), ("logits", "one-hot")
@@ -95,22 +104,24 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("subject", choices=SUBJECTS)
     p.add_argument("--vocab-size", type=int, default=20000, help="20000: 3 stats blocks padded to 4")
     p.add_argument(
-        "--fast-config",
-        choices=FAST_CONFIGS,
+        "--config",
+        choices=sorted({name for names in CONFIGS.values() for name in names}),
         default=None,
-        help="fast only: its tiny-, small- or large-batch configuration at every batch size",
+        help="fast (tiny, small, large) or express (small, large): that launch configuration at "
+        "every batch size (default: each batch size's own)",
     )
     args = p.parse_args(argv)
-    if args.fast_config and args.subject != "fast":
-        p.error("--fast-config: only with fast")
+    if args.config and args.config not in CONFIGS.get(args.subject, {}):
+        known = ", ".join(f"{s}: {', '.join(c)}" for s, c in CONFIGS.items())
+        p.error(f"--config {args.config}: not a configuration of {args.subject} (known: {known})")
     import torch
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     if device == "cpu":
         # Before the kernels are imported (run imports them): @triton.jit reads it at definition.
         os.environ.setdefault("TRITON_INTERPRET", "1")
-    label = args.subject + (f" ({args.fast_config} config)" if args.fast_config else "")
-    print(f"{label}: {run(args.subject, device, args.vocab_size, args.fast_config)} calls on {device} completed")
+    label = args.subject + (f" ({args.config} config)" if args.config else "")
+    print(f"{label}: {run(args.subject, device, args.vocab_size, args.config)} calls on {device} completed")
 
 
 if __name__ == "__main__":
