@@ -279,7 +279,7 @@ def test_no_host_reads_on_cpu(monkeypatch):
 def test_no_sync_and_graph_capture_on_cuda(mode):
     """Under ``set_sync_debug_mode("error")`` any synchronising call raises; the call is then
     captured in a CUDA graph and replayed, giving the eager result."""
-    inputs = make_inputs(_workload(mode, "logits", 0, num_reqs=32, vocab_size=4096), device="cuda")
+    inputs = make_inputs(_workload(mode, "logits", 0, num_reqs=32, max_num_reqs=40, vocab_size=4096), device="cuda")
     eager = batched.rejection_sample(**inputs)
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode("error")

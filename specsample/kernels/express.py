@@ -236,9 +236,12 @@ def _residual(x, y, target_lse, draft_lse, scale):
 
 @triton.jit
 def _chunked_sum(e, SUB: tl.constexpr, BLOCK: tl.constexpr):
-    # Row sums of [SUB, BLOCK] fp32: fp32 over chunks of CHUNK entries, fp64 over the chunk sums.
-    # Which entries share a chunk does not matter here (can_reorder: no data movement).
-    chunks = tl.reshape(e, (SUB, BLOCK // CHUNK, CHUNK), can_reorder=True)
+    # Row sums of [SUB, BLOCK] fp32: fp32 over chunks of CHUNK consecutive entries, fp64 over the
+    # chunk sums, as the reference adds them. Not can_reorder=True: compiled, that reshape may
+    # move entries between rows (sampling blocks), so every partial took other blocks' terms,
+    # normalised by other maxima (seen on the H200: draws unlike the reference's, and changing
+    # with the configuration; the interpreter keeps the order, so CPU tests could not see it).
+    chunks = tl.reshape(e, (SUB, BLOCK // CHUNK, CHUNK))
     return tl.sum(tl.sum(chunks, 2).to(tl.float64), 1)
 
 
