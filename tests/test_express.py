@@ -470,6 +470,7 @@ def test_reference_independent_of_batch_layout(mode, draft):
 
 
 CONFIGS = {
+    "tiny": express.TINY_BATCH_CONFIG,  # fused insert, speculative stats loads
     "small": express.SMALL_BATCH_CONFIG,  # fused insert
     "large": express.LARGE_BATCH_CONFIG,  # insert kernel
     "narrow": express.Config(stats_blocks=1, stats_warps=2, residual_warps=2, resample_warps=8, fused_insert=True),
@@ -522,8 +523,14 @@ def test_large_batch_config_matches_reference(device, mode, draft):
 
 def test_default_config_follows_the_batch_size():
     assert (
-        express.default_config(1) == express.default_config(express.SMALL_BATCH_BELOW - 1) == express.SMALL_BATCH_CONFIG
+        express.default_config(1) == express.default_config(express.TINY_BATCH_BELOW - 1) == express.TINY_BATCH_CONFIG
     )
+    assert (
+        express.default_config(express.TINY_BATCH_BELOW)
+        == express.default_config(express.SMALL_BATCH_BELOW - 1)
+        == express.SMALL_BATCH_CONFIG
+    )
+    assert express.TINY_BATCH_CONFIG.speculative_load and not express.SMALL_BATCH_CONFIG.speculative_load
     assert express.default_config(express.SMALL_BATCH_BELOW) == express.LARGE_BATCH_CONFIG
     assert express.SMALL_BATCH_CONFIG.fused_insert and not express.LARGE_BATCH_CONFIG.fused_insert
     stages = [name for name, _ in express.Pipeline(**make_inputs(Workload(num_reqs=2, vocab_size=V))).stages()]

@@ -53,8 +53,10 @@ Kernels (grid; launched when), stage names as :data:`specsample.schema.STAGES`:
 
 1. ``stats``          (R*K, nb/S)   always: block max and chunked sum-exp (or argmax) of the rows
                                     something reads (fast's rule and request-major grid)
-2. ``cum_log_p``      (R,)          block verification: fp64 prefix joint ratios, and the fp64
-                                    LSEs of each row read (for the residual-mass pass)
+2. ``cum_log_p``      (R,)          block verification with draft logits and K > 1: fp64 prefix
+                                    joint ratios, and the fp64 LSEs of each row read (for the
+                                    residual-mass pass); otherwise the rejection kernel computes
+                                    them itself
 3. ``residual_mass``  (R*(K-1), nb/S) block verification with draft logits: chunked residual mass
                                     per block, rows ``1 <= j < first -1`` (fast's rows)
 4. ``rejection``      (R,)          always: tau; the plan of row c_r + tau; level 1 where the
@@ -113,6 +115,7 @@ class Config:
     resample_warps: int = 4
     insert_warps: int = 4  # insert (or the resample kernel's last program): one block's level 2
     fused_insert: bool = False  # the resample kernel's last program per request inserts (fast's scheme)
+    speculative_load: bool = False  # stats: load a row's target tile before knowing whether it is read
 
     def __post_init__(self) -> None:
         for name in ("stats_blocks", "residual_blocks", "resample_blocks"):
@@ -127,11 +130,17 @@ LARGE_BATCH_CONFIG = Config()
 # fast's small-batch choices: stats of 8192 entries and 8 warps (as parallel as mrv2 below R=32),
 # and the insert inside the resample kernel (one launch fewer; from R=32 up the count costs more)
 SMALL_BATCH_CONFIG = Config(stats_blocks=4, stats_warps=8, fused_insert=True)
+# fast's tiny-batch choice on top: the stats load their target tiles before knowing which rows
+# are read (one dependent load sooner; the unread rows' bytes cost more from R = 4 up in fast)
+TINY_BATCH_CONFIG = Config(stats_blocks=4, stats_warps=8, fused_insert=True, speculative_load=True)
+TINY_BATCH_BELOW = 4
 SMALL_BATCH_BELOW = 32
 
 
 def default_config(num_reqs: int) -> Config:
     """The configuration used when none is given (R is known on the host: no device sync)."""
+    if num_reqs < TINY_BATCH_BELOW:
+        return TINY_BATCH_CONFIG
     return SMALL_BATCH_CONFIG if num_reqs < SMALL_BATCH_BELOW else LARGE_BATCH_CONFIG
 
 
@@ -307,6 +316,7 @@ def _stats_kernel(
     GROUPS: tl.constexpr,
     SUB: tl.constexpr,
     BLOCK: tl.constexpr,
+    SPECULATIVE_LOAD: tl.constexpr,
 ):
     # Program (req * K + j, g): row j of request req, sampling blocks g*SUB .. g*SUB + SUB-1 as
     # one [SUB, BLOCK] tile, one partial per sampling block. A greedy request reads rows
@@ -314,16 +324,23 @@ def _stats_kernel(
     req = (tl.program_id(0) // GROUPS).to(tl.int64)
     j = tl.program_id(0) % GROUPS
     start, num_drafts, first = _request_rows(cu_num_logits_ptr, draft_sampled_ptr, req, K_P2)
+    row = start + j
+    blocks = tl.program_id(1) * SUB + tl.arange(0, SUB)
+    offs = blocks[:, None] * BLOCK + tl.arange(0, BLOCK)[None, :]
+    vmask = offs < vocab_size
+    t_ptrs = target_logits_ptr + row * target_logits_stride + offs
+    if SPECULATIVE_LOAD:
+        # Tiny batches (latency, not bytes): the target tile of every draft row loads before the
+        # placeholders and the temperature are known (fast's speculative load); the rows not
+        # read are discarded. One dependent load fewer before the logits.
+        x = tl.load(t_ptrs, mask=vmask & (j < num_drafts), other=float("-inf"))
     slot = tl.load(idx_mapping_ptr + req).to(tl.int64)
     temperature = tl.load(temperature_ptr + slot)
     num_read = tl.where(temperature == 0.0, tl.minimum(first + 1, num_drafts), first)
     if j >= num_read:
         return
-    row = start + j
-    blocks = tl.program_id(1) * SUB + tl.arange(0, SUB)
-    offs = blocks[:, None] * BLOCK + tl.arange(0, BLOCK)[None, :]
-    vmask = offs < vocab_size
-    x = tl.load(target_logits_ptr + row * target_logits_stride + offs, mask=vmask, other=float("-inf"))
+    if not SPECULATIVE_LOAD:
+        x = tl.load(t_ptrs, mask=vmask, other=float("-inf"))
     if HAS_DRAFT_LOGITS:
         # Issued with the target's load (fast's early draft load); nothing for a greedy row.
         d_ptrs = draft_logits_ptr + slot * draft_logits_stride_0 + j.to(tl.int64) * draft_logits_stride_1 + offs
@@ -1239,6 +1256,7 @@ class Pipeline:
             GROUPS=self.k,
             SUB=c.stats_blocks,
             BLOCK=SAMPLE_BLOCK,
+            SPECULATIVE_LOAD=c.speculative_load,
             num_warps=c.stats_warps,
         )
 
