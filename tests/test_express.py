@@ -277,47 +277,6 @@ def test_single_request_matches_reference(device, mode, draft):
     _check(make_inputs(w, device=device))
 
 
-SMALL_BATCH_CASES = [
-    # (R, K, mode, draft, phi): the benchmark's small-batch shapes (R = 1 and 8, K = 4, trailing
-    # placeholders) at a small vocab, every mode of the unrolled rejection kernel, and K = 1 block
-    # verification with draft logits (cumulative log p inside the rejection kernel)
-    (1, 4, "standard", "logits", 0.5),
-    (1, 4, "block", "logits", 0.5),
-    (1, 4, "block", "one-hot", 0.0),
-    (1, 4, "greedy", "logits", 0.5),
-    (8, 4, "standard", "one-hot", 0.5),
-    (8, 4, "block", "logits", 0.25),
-    (8, 4, "block", "one-hot", 0.5),
-    (8, 4, "synthetic", "logits", 0.5),
-    (8, 1, "block", "logits", 0.0),
-    (3, 1, "block", "one-hot", 0.0),
-]
-
-
-@pytest.mark.parametrize(
-    "num_reqs,k,mode,draft,phi",
-    SMALL_BATCH_CASES,
-    ids=[f"R{c[0]}-K{c[1]}-{c[2]}-{c[3]}-phi{c[4]}" for c in SMALL_BATCH_CASES],
-)
-def test_small_batches_match_reference(device, num_reqs, k, mode, draft, phi):
-    w = Workload(
-        num_reqs=num_reqs,
-        num_speculative_steps=k,
-        vocab_size=2 * BLOCK + 3,
-        mode=mode,
-        draft=draft,
-        placeholder_pattern="trailing",
-        placeholder_density=phi,
-        agreement=0.6,
-        seed=30 + num_reqs + k,
-    )
-    inputs = make_inputs(w, device=device)
-    _check(inputs)
-    stages = [name for name, _ in express.Pipeline(**inputs).stages()]
-    # cumulative log p has its own kernel only where the residual-mass pass needs it first
-    assert ("cum_log_p" in stages) == (mode == "block" and draft == "logits" and k > 1)
-
-
 def test_fp64_flag_changes_nothing(device):
     w = Workload(num_reqs=R, num_speculative_steps=K, vocab_size=V, mode="block", placeholder_density=0.3, seed=15)
     inputs = make_inputs(w, device=device)
@@ -470,7 +429,6 @@ def test_reference_independent_of_batch_layout(mode, draft):
 
 
 CONFIGS = {
-    "tiny": express.TINY_BATCH_CONFIG,  # fused insert, speculative stats loads
     "small": express.SMALL_BATCH_CONFIG,  # fused insert
     "large": express.LARGE_BATCH_CONFIG,  # insert kernel
     "narrow": express.Config(stats_blocks=1, stats_warps=2, residual_warps=2, resample_warps=8, fused_insert=True),
@@ -523,14 +481,8 @@ def test_large_batch_config_matches_reference(device, mode, draft):
 
 def test_default_config_follows_the_batch_size():
     assert (
-        express.default_config(1) == express.default_config(express.TINY_BATCH_BELOW - 1) == express.TINY_BATCH_CONFIG
+        express.default_config(1) == express.default_config(express.SMALL_BATCH_BELOW - 1) == express.SMALL_BATCH_CONFIG
     )
-    assert (
-        express.default_config(express.TINY_BATCH_BELOW)
-        == express.default_config(express.SMALL_BATCH_BELOW - 1)
-        == express.SMALL_BATCH_CONFIG
-    )
-    assert express.TINY_BATCH_CONFIG.speculative_load and not express.SMALL_BATCH_CONFIG.speculative_load
     assert express.default_config(express.SMALL_BATCH_BELOW) == express.LARGE_BATCH_CONFIG
     assert express.SMALL_BATCH_CONFIG.fused_insert and not express.LARGE_BATCH_CONFIG.fused_insert
     stages = [name for name, _ in express.Pipeline(**make_inputs(Workload(num_reqs=2, vocab_size=V))).stages()]

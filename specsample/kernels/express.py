@@ -53,10 +53,8 @@ Kernels (grid; launched when), stage names as :data:`specsample.schema.STAGES`:
 
 1. ``stats``          (R*K, nb/S)   always: block max and chunked sum-exp (or argmax) of the rows
                                     something reads (fast's rule and request-major grid)
-2. ``cum_log_p``      (R,)          block verification with draft logits and K > 1: fp64 prefix
-                                    joint ratios, and the fp64 LSEs of each row read (for the
-                                    residual-mass pass); otherwise the rejection kernel computes
-                                    them itself
+2. ``cum_log_p``      (R,)          block verification: fp64 prefix joint ratios, and the fp64
+                                    LSEs of each row read (for the residual-mass pass)
 3. ``residual_mass``  (R*(K-1), nb/S) block verification with draft logits: chunked residual mass
                                     per block, rows ``1 <= j < first -1`` (fast's rows)
 4. ``rejection``      (R,)          always: tau; the plan of row c_r + tau; level 1 where the
@@ -84,7 +82,7 @@ import triton
 import triton.language as tl
 
 from .fast import _request_rows
-from .mrv2 import _resampled_token, _uniform
+from .mrv2 import _global_argmax, _resampled_token, _uniform
 
 # Entries per vocabulary block of the two-level sampler. Part of the random stream's definition
 # (block b's level-2 uniform is keyed by b): it must not depend on R or on a configuration, or
@@ -115,7 +113,6 @@ class Config:
     resample_warps: int = 4
     insert_warps: int = 4  # insert (or the resample kernel's last program): one block's level 2
     fused_insert: bool = False  # the resample kernel's last program per request inserts (fast's scheme)
-    speculative_load: bool = False  # stats: load a row's target tile before knowing whether it is read
 
     def __post_init__(self) -> None:
         for name in ("stats_blocks", "residual_blocks", "resample_blocks"):
@@ -130,17 +127,11 @@ LARGE_BATCH_CONFIG = Config()
 # fast's small-batch choices: stats of 8192 entries and 8 warps (as parallel as mrv2 below R=32),
 # and the insert inside the resample kernel (one launch fewer; from R=32 up the count costs more)
 SMALL_BATCH_CONFIG = Config(stats_blocks=4, stats_warps=8, fused_insert=True)
-# fast's tiny-batch choice on top: the stats load their target tiles before knowing which rows
-# are read (one dependent load sooner; the unread rows' bytes cost more from R = 4 up in fast)
-TINY_BATCH_CONFIG = Config(stats_blocks=4, stats_warps=8, fused_insert=True, speculative_load=True)
-TINY_BATCH_BELOW = 4
 SMALL_BATCH_BELOW = 32
 
 
 def default_config(num_reqs: int) -> Config:
     """The configuration used when none is given (R is known on the host: no device sync)."""
-    if num_reqs < TINY_BATCH_BELOW:
-        return TINY_BATCH_CONFIG
     return SMALL_BATCH_CONFIG if num_reqs < SMALL_BATCH_BELOW else LARGE_BATCH_CONFIG
 
 
@@ -205,34 +196,16 @@ def _chunk_offsets(block, NC: tl.constexpr, CHUNK_: tl.constexpr):
 
 
 @triton.jit
-def _row_partials(local_max_ptr, local_sumexp_ptr, row, live, local_stride, num_blocks, NB_P2: tl.constexpr):
-    # A row's block partials (fp32 maxima, fp64 sum-exps), or all -inf / 0 where ``live`` is false.
-    offs = tl.arange(0, NB_P2)
-    mask = (offs < num_blocks) & live
-    m = tl.load(local_max_ptr + row * local_stride + offs, mask=mask, other=float("-inf"))
-    s = tl.load(local_sumexp_ptr + row * local_stride + offs, mask=mask, other=0.0)
-    return m, s
-
-
-@triton.jit
-def _lse_of(m32, s):
+def _lse(local_max_ptr, local_sumexp_ptr, row, local_stride, num_blocks, NB_P2: tl.constexpr):
     # fp64 log-sum-exp of a row from its block partials (fp32 maxima, fp64 sum-exps); a block
-    # whose max is -inf contributes 0; an all -inf row (or no row: _row_partials not live) gives -inf.
-    m = m32.to(tl.float64)
+    # whose max is -inf contributes 0; an all -inf row gives -inf.
+    offs = tl.arange(0, NB_P2)
+    mask = offs < num_blocks
+    m = tl.load(local_max_ptr + row * local_stride + offs, mask=mask, other=float("-inf")).to(tl.float64)
+    s = tl.load(local_sumexp_ptr + row * local_stride + offs, mask=mask, other=0.0)
     big = tl.max(m, 0)
     w = tl.where(m == float("-inf"), 0.0, s * tl.exp(m - big))
     return big + tl.log(tl.sum(w, 0))
-
-
-@triton.jit
-def _global_argmax_if(local_argmax_ptr, local_max_ptr, row, live, local_stride, num_blocks, NB_P2: tl.constexpr):
-    # mrv2._global_argmax (the first block whose max is largest, NaN as -inf) of a row read only
-    # where ``live`` (else 0).
-    offs = tl.arange(0, NB_P2)
-    m = tl.load(local_max_ptr + row * local_stride + offs, mask=(offs < num_blocks) & live, other=float("-inf"))
-    m = tl.where(m != m, float("-inf"), m)
-    best = tl.argmax(m, 0, tie_break_left=True)
-    return tl.load(local_argmax_ptr + row * local_stride + best, mask=live, other=0)
 
 
 @triton.jit
@@ -284,12 +257,6 @@ def _gather(ptr, index):
     return _finite_or_neg_inf(tl.load(ptr + index).to(tl.float32))
 
 
-@triton.jit
-def _gather_if(ptr, index, live):
-    # _gather where ``live``, else -inf (no load).
-    return _finite_or_neg_inf(tl.load(ptr + index, mask=live, other=float("-inf")).to(tl.float32))
-
-
 # ---------------------------------------------------------------------------------------------
 # Kernel 1: stats, only for rows something reads (fast's rule), with fp64 sum-exps
 # ---------------------------------------------------------------------------------------------
@@ -319,7 +286,6 @@ def _stats_kernel(
     GROUPS: tl.constexpr,
     SUB: tl.constexpr,
     BLOCK: tl.constexpr,
-    SPECULATIVE_LOAD: tl.constexpr,
 ):
     # Program (req * K + j, g): row j of request req, sampling blocks g*SUB .. g*SUB + SUB-1 as
     # one [SUB, BLOCK] tile, one partial per sampling block. A greedy request reads rows
@@ -327,23 +293,16 @@ def _stats_kernel(
     req = (tl.program_id(0) // GROUPS).to(tl.int64)
     j = tl.program_id(0) % GROUPS
     start, num_drafts, first = _request_rows(cu_num_logits_ptr, draft_sampled_ptr, req, K_P2)
-    row = start + j
-    blocks = tl.program_id(1) * SUB + tl.arange(0, SUB)
-    offs = blocks[:, None] * BLOCK + tl.arange(0, BLOCK)[None, :]
-    vmask = offs < vocab_size
-    t_ptrs = target_logits_ptr + row * target_logits_stride + offs
-    if SPECULATIVE_LOAD:
-        # Tiny batches (latency, not bytes): the target tile of every draft row loads before the
-        # placeholders and the temperature are known (fast's speculative load); the rows not
-        # read are discarded. One dependent load fewer before the logits.
-        x = tl.load(t_ptrs, mask=vmask & (j < num_drafts), other=float("-inf"))
     slot = tl.load(idx_mapping_ptr + req).to(tl.int64)
     temperature = tl.load(temperature_ptr + slot)
     num_read = tl.where(temperature == 0.0, tl.minimum(first + 1, num_drafts), first)
     if j >= num_read:
         return
-    if not SPECULATIVE_LOAD:
-        x = tl.load(t_ptrs, mask=vmask, other=float("-inf"))
+    row = start + j
+    blocks = tl.program_id(1) * SUB + tl.arange(0, SUB)
+    offs = blocks[:, None] * BLOCK + tl.arange(0, BLOCK)[None, :]
+    vmask = offs < vocab_size
+    x = tl.load(target_logits_ptr + row * target_logits_stride + offs, mask=vmask, other=float("-inf"))
     if HAS_DRAFT_LOGITS:
         # Issued with the target's load (fast's early draft load); nothing for a greedy row.
         d_ptrs = draft_logits_ptr + slot * draft_logits_stride_0 + j.to(tl.int64) * draft_logits_stride_1 + offs
@@ -392,44 +351,37 @@ def _cumulative_log_p_kernel(
     cumulative_log_p_ptr,
     row_lse_ptr,
     HAS_DRAFT_LOGITS: tl.constexpr,
-    K: tl.constexpr,
-    K_P2: tl.constexpr,
     NB_P2: tl.constexpr,
 ):
     # log p_i = min(log p_{i-1} + log M_b(X_i) - log M_s(X_i), 0), fp64, up to the first -1 (the
     # value is carried, unchanged, through it and every later row: none of them is read). With
     # draft logits each real row's two LSEs are kept for the residual-mass pass ([N, 2] fp64).
-    # The K steps are unrolled with masked loads: every row's partials and gathers are issued
-    # at once (no load waits on the previous step), the recurrence is scalar fp64 at the end.
-    req = tl.program_id(0).to(tl.int64)
+    req = tl.program_id(0)
     slot = tl.load(idx_mapping_ptr + req).to(tl.int64)
     temperature = tl.load(temperature_ptr + slot)
     if temperature == 0.0:
         return
-    start, num_drafts, first = _request_rows(cu_num_logits_ptr, draft_sampled_ptr, req, K_P2)
+    start = tl.load(cu_num_logits_ptr + req).to(tl.int64)
+    num_drafts = tl.load(cu_num_logits_ptr + req + 1).to(tl.int64) - start - 1
     log_p = tl.zeros((), dtype=tl.float64)
-    for i in tl.static_range(K):
-        row = start + i
-        live = i < first
-        token = tl.load(draft_sampled_ptr + row + 1, mask=live, other=0).to(tl.int64)
-        lse = _lse_of(
-            *_row_partials(target_local_max_ptr, target_local_sumexp_ptr, row, live, local_stride, num_blocks, NB_P2)
-        )
-        lp = _gather_if(target_logits_ptr + row * target_logits_stride, token, live).to(tl.float64) - lse
-        lq = tl.zeros((), dtype=tl.float64)
-        if HAS_DRAFT_LOGITS:
-            d_lse = _lse_of(
-                *_row_partials(draft_local_max_ptr, draft_local_sumexp_ptr, row, live, local_stride, num_blocks, NB_P2)
-            )
-            d_ptr = draft_logits_ptr + slot * draft_logits_stride_0 + i * draft_logits_stride_1
-            y = _finite_or_neg_inf(
-                tl.load(d_ptr + token, mask=live, other=float("-inf")).to(tl.float32) * _inverse(temperature)
-            )
-            lq = y.to(tl.float64) - d_lse
-            tl.store(row_lse_ptr + 2 * row, lse, mask=live)
-            tl.store(row_lse_ptr + 2 * row + 1, d_lse, mask=live)
-        log_p = tl.where(live, tl.minimum(log_p + lp - lq, 0.0), log_p)
-        tl.store(cumulative_log_p_ptr + row, log_p, mask=i < num_drafts)
+    real = tl.full((), 1, dtype=tl.int1)
+    for step in range(0, num_drafts):
+        row = start + step
+        token = tl.load(draft_sampled_ptr + row + 1).to(tl.int64)
+        real = real & (token >= 0)
+        if real:
+            lse = _lse(target_local_max_ptr, target_local_sumexp_ptr, row, local_stride, num_blocks, NB_P2)
+            lp = _gather(target_logits_ptr + row * target_logits_stride, token).to(tl.float64) - lse
+            lq = tl.zeros((), dtype=tl.float64)
+            if HAS_DRAFT_LOGITS:
+                d_lse = _lse(draft_local_max_ptr, draft_local_sumexp_ptr, row, local_stride, num_blocks, NB_P2)
+                d_ptr = draft_logits_ptr + slot * draft_logits_stride_0 + step * draft_logits_stride_1
+                y = _finite_or_neg_inf(tl.load(d_ptr + token).to(tl.float32) * _inverse(temperature))
+                lq = y.to(tl.float64) - d_lse
+                tl.store(row_lse_ptr + 2 * row, lse)
+                tl.store(row_lse_ptr + 2 * row + 1, d_lse)
+            log_p = tl.minimum(log_p + lp - lq, 0.0)
+        tl.store(cumulative_log_p_ptr + row, log_p)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -520,215 +472,102 @@ def _rejection_kernel(
     local_stride,
     num_blocks,
     cumulative_log_p_ptr,
-    row_lse_ptr,
     synthetic_conditional_rates_ptr,
     HAS_DRAFT_LOGITS: tl.constexpr,
     SYNTHETIC_MODE: tl.constexpr,
     USE_BLOCK_VERIFICATION: tl.constexpr,
-    FUSED_CUM_LOG_P: tl.constexpr,
-    K: tl.constexpr,
-    K_P2: tl.constexpr,
     NB_P2: tl.constexpr,
     BLOCK: tl.constexpr,
 ):
-    # The K steps are unrolled with masked loads instead of a loop that branches on the previous
-    # step's outcome: every row's partials, gathers and uniforms are independent of tau, so they
-    # are all in flight at once; only scalar fp64 compares and selects are serial. What the plan
-    # needs of row c_r + tau (its LSEs, partials, rejected draft and its logit, position) is
-    # selected on the way instead of loaded again once tau is known. The same fp64 operations
-    # (and the same _lse, one warp) as the cum_log_p kernel and mrv2's rules, in the same order:
-    # the same values. With FUSED_CUM_LOG_P (block verification without a residual-mass pass)
-    # cumulative log p is computed here, as the cum_log_p kernel would.
     req = tl.program_id(0).to(tl.int64)
     slot = tl.load(idx_mapping_ptr + req).to(tl.int64)
-    start, num_drafts, first = _request_rows(cu_num_logits_ptr, draft_sampled_ptr, req, K_P2)
+    start = tl.load(cu_num_logits_ptr + req).to(tl.int64)
+    num_drafts = tl.load(cu_num_logits_ptr + req + 1).to(tl.int64) - start - 1
     temperature = tl.load(temperature_ptr + slot)
     seed = tl.load(seed_ptr + slot)
     is_greedy = temperature == 0.0
+    tau = tl.zeros((), dtype=tl.int64)
+    verifying = tl.full((), 1, dtype=tl.int1)
     out = sampled_ptr + req * sampled_stride
     nb = tl.arange(0, NB_P2)
     nb_mask = nb < num_blocks
-    t_ptr = target_logits_ptr + start * target_logits_stride
-    d_base = draft_logits_ptr + slot * draft_logits_stride_0
 
-    tau = tl.zeros((), dtype=tl.int64)
-    verifying = tl.full((), 1, dtype=tl.int1)
-    # ---- what the plan reads of row c_r + tau, selected as tau is found
-    pos_sel = tl.load(pos_ptr + start)  # row 0 (tau = 0 under block verification)
-    tok_sel = tl.zeros((), dtype=tl.int64)  # the rejected draft
-    x_sel = tl.full((), float("-inf"), tl.float32)  # its target logit
-    lse_sel = tl.zeros((), dtype=tl.float64)  # the row's target and draft LSEs
-    d_lse_sel = tl.zeros((), dtype=tl.float64)
-    m_sel = tl.full((NB_P2,), float("-inf"), tl.float32)  # the row's stats partials (one-hot)
-    s_sel = tl.zeros((NB_P2,), dtype=tl.float64)
-    res_sel = tl.zeros((NB_P2,), dtype=tl.float64)  # its residual-mass partials (block, tau >= 1)
-    clp_sel = tl.zeros((), dtype=tl.float64)  # cumulative log p of the row before it
-
-    if is_greedy:
-        # mrv2's greedy path: not short-circuited at a -1, where it stores the argmax.
-        num_read = tl.minimum(first + 1, num_drafts)
-        for i in tl.static_range(K):
-            row = start + i
-            raw = tl.load(draft_sampled_ptr + row + 1, mask=i < num_drafts, other=-1).to(tl.int64)
-            best = _global_argmax_if(
-                target_local_argmax_ptr, target_local_max_ptr, row, i < num_read, local_stride, num_blocks, NB_P2
-            )
-            if SYNTHETIC_MODE:
-                position = tl.load(pos_ptr + row, mask=i < num_drafts, other=0)
-                accepted = _uniform(seed, position) < tl.load(synthetic_conditional_rates_ptr + i)
-            else:
-                accepted = best == raw
-            accepted = accepted & (raw >= 0)
-            tl.store(out + i, tl.where(accepted, raw, best), mask=verifying & (i < num_drafts))
-            verifying = verifying & accepted
-            tau += verifying.to(tl.int64)
-    elif USE_BLOCK_VERIFICATION:
-        # Sun et al.: tau = max{i+1 : u_i <= h_i}, in fp64
-        log_p = tl.zeros((), dtype=tl.float64)
-        if not HAS_DRAFT_LOGITS:
-            # row 0's partials and drafted logit (the plan's at tau = 0; row i+1's are read at step i)
-            m_sel, s_sel = _row_partials(
-                target_local_max_ptr, target_local_sumexp_ptr, start, first > 0, local_stride, num_blocks, NB_P2
-            )
-            tok_sel = tl.load(draft_sampled_ptr + start + 1, mask=first > 0, other=0).to(tl.int64)
-            x_sel = _gather_if(t_ptr, tok_sel, first > 0)
-            lse_cur = _lse_of(m_sel, s_sel)
-            x_cur = x_sel
-        else:
-            tok_sel = tl.load(draft_sampled_ptr + start + 1, mask=first > 0, other=0).to(tl.int64)
-            if not FUSED_CUM_LOG_P:
-                lse_sel = tl.load(row_lse_ptr + 2 * start, mask=first > 0, other=0.0)
-                d_lse_sel = tl.load(row_lse_ptr + 2 * start + 1, mask=first > 0, other=0.0)
-        for i in tl.static_range(K):
-            row = start + i
-            live = i < first
-            nxt_live = i + 1 < first
-            u = _uniform(seed, tl.load(pos_ptr + row, mask=i < num_drafts, other=0)).to(tl.float64)
-            if FUSED_CUM_LOG_P:
-                if HAS_DRAFT_LOGITS:
-                    token = tl.load(draft_sampled_ptr + row + 1, mask=live, other=0).to(tl.int64)
-                    lse = _lse_of(
-                        *_row_partials(
-                            target_local_max_ptr, target_local_sumexp_ptr, row, live, local_stride, num_blocks, NB_P2
-                        )
-                    )
-                    lp = _gather_if(t_ptr + i * target_logits_stride, token, live).to(tl.float64) - lse
-                    d_lse = _lse_of(
-                        *_row_partials(
-                            draft_local_max_ptr, draft_local_sumexp_ptr, row, live, local_stride, num_blocks, NB_P2
-                        )
-                    )
-                    y = _finite_or_neg_inf(
-                        tl.load(d_base + i * draft_logits_stride_1 + token, mask=live, other=float("-inf")).to(
-                            tl.float32
-                        )
-                        * _inverse(temperature)
-                    )
-                    lq = y.to(tl.float64) - d_lse
-                    if i == 0:
-                        lse_sel = lse
-                        d_lse_sel = d_lse
+    for step in range(0, num_drafts):
+        row = start + step
+        raw = tl.load(draft_sampled_ptr + row + 1).to(tl.int64)
+        valid = raw >= 0
+        token = tl.maximum(raw, 0)  # clamp: never form a pointer from -1
+        if is_greedy:
+            # mrv2's greedy path: not short-circuited at a -1, where it stores the argmax.
+            if verifying:
+                best = _global_argmax(
+                    target_local_argmax_ptr, target_local_max_ptr, row, local_stride, num_blocks, NB_P2
+                )
+                if SYNTHETIC_MODE:
+                    accepted = _uniform(seed, tl.load(pos_ptr + row)) < tl.load(synthetic_conditional_rates_ptr + step)
                 else:
-                    lp = x_cur.to(tl.float64) - lse_cur
+                    accepted = best == token
+                accepted = accepted & valid
+                tl.store(out + step, tl.where(accepted, token, best))
+                tau += accepted.to(tl.int64)
+                verifying = accepted
+        else:
+            verifying = verifying & valid  # stop at the first -1, before any work
+            if verifying:
+                u32 = _uniform(seed, tl.load(pos_ptr + row))
+                u = u32.to(tl.float64)
+                if USE_BLOCK_VERIFICATION:
+                    # Sun et al.: tau = max{i+1 : u_i <= h_i}, in fp64
+                    pi = tl.exp(tl.load(cumulative_log_p_ptr + row))
+                    nxt = tl.load(draft_sampled_ptr + row + 2, mask=step < num_drafts - 1, other=-1).to(tl.int64)
+                    if nxt >= 0:
+                        if HAS_DRAFT_LOGITS:
+                            partial = tl.load(
+                                local_residual_mass_ptr + (row + 1) * local_stride + nb, mask=nb_mask, other=0.0
+                            )
+                            z = tl.sum(partial, 0)
+                        else:
+                            # One-hot: sum_x max(pi M_b(x) - delta_d(x), 0) = pi (1 - M_b(d)).
+                            lse_next = _lse(
+                                target_local_max_ptr, target_local_sumexp_ptr, row + 1, local_stride, num_blocks, NB_P2
+                            )
+                            x_next = _gather(target_logits_ptr + (row + 1) * target_logits_stride, nxt).to(tl.float64)
+                            z = pi * (1.0 - tl.exp(x_next - lse_next))
+                        denom = z + 1.0 - pi
+                        h = tl.where(denom > 0.0, z / denom, 1.0)
+                    else:
+                        h = pi  # end of the block: h = p_gamma
+                    if u <= h:
+                        tau = step + 1
+                    tl.store(out + step, token)
+                else:
+                    # Leviathan et al.: accept iff log p(d) > log u + log q(d) (strict), in fp64.
+                    lse = _lse(target_local_max_ptr, target_local_sumexp_ptr, row, local_stride, num_blocks, NB_P2)
+                    lp = _gather(target_logits_ptr + row * target_logits_stride, token).to(tl.float64) - lse
                     lq = tl.zeros((), dtype=tl.float64)
-                log_p = tl.where(live, tl.minimum(log_p + lp - lq, 0.0), log_p)
-                clp = log_p
-            else:
-                clp = tl.load(cumulative_log_p_ptr + row, mask=live, other=0.0)
-            pi = tl.exp(clp)
-            if HAS_DRAFT_LOGITS:
-                partial = tl.load(
-                    local_residual_mass_ptr + (row + 1) * local_stride + nb, mask=nb_mask & nxt_live, other=0.0
-                )
-                z = tl.sum(partial, 0)
-            else:
-                # One-hot: sum_x max(pi M_b(x) - delta_d(x), 0) = pi (1 - M_b(d)).
-                m_next, s_next = _row_partials(
-                    target_local_max_ptr, target_local_sumexp_ptr, row + 1, nxt_live, local_stride, num_blocks, NB_P2
-                )
-                lse_next = _lse_of(m_next, s_next)
-                tok_next = tl.load(draft_sampled_ptr + row + 2, mask=nxt_live, other=0).to(tl.int64)
-                x_next = _gather_if(t_ptr + (i + 1) * target_logits_stride, tok_next, nxt_live)
-                z = pi * (1.0 - tl.exp(x_next.to(tl.float64) - lse_next))
-            denom = z + 1.0 - pi
-            h = tl.where(nxt_live, tl.where(denom > 0.0, z / denom, 1.0), pi)  # end of the block: h = p_gamma
-            hit = live & (u <= h)
-            tau = tl.where(hit, i + 1, tau)
-            tl.store(out + i, tl.load(draft_sampled_ptr + row + 1, mask=live, other=0), mask=live)
-            # row i+1 becomes row c_r + tau
-            pos_sel = tl.where(hit, tl.load(pos_ptr + row + 1, mask=nxt_live, other=0), pos_sel)
-            clp_sel = tl.where(hit, clp, clp_sel)
-            if HAS_DRAFT_LOGITS:
-                res_sel = tl.where(hit, partial, res_sel)
-                tok_sel = tl.where(
-                    hit, tl.load(draft_sampled_ptr + row + 2, mask=nxt_live, other=0).to(tl.int64), tok_sel
-                )
-                if not FUSED_CUM_LOG_P:
-                    lse_sel = tl.where(hit, tl.load(row_lse_ptr + 2 * (row + 1), mask=nxt_live, other=0.0), lse_sel)
-                    d_lse_sel = tl.where(
-                        hit, tl.load(row_lse_ptr + 2 * (row + 1) + 1, mask=nxt_live, other=0.0), d_lse_sel
-                    )
-            else:
-                m_sel = tl.where(hit, m_next, m_sel)
-                s_sel = tl.where(hit, s_next, s_sel)
-                tok_sel = tl.where(hit, tok_next, tok_sel)
-                x_sel = tl.where(hit, x_next, x_sel)
-                lse_cur = lse_next
-                x_cur = x_next
-    else:
-        inv_t = _inverse(temperature)
-        for i in tl.static_range(K):
-            row = start + i
-            live = i < first  # stop at the first -1: nothing after it is tested
-            token = tl.load(draft_sampled_ptr + row + 1, mask=live, other=0).to(tl.int64)
-            position = tl.load(pos_ptr + row, mask=i < num_drafts, other=0)
-            u32 = _uniform(seed, position)
-            # Leviathan et al.: accept iff log p(d) > log u + log q(d) (strict), in fp64.
-            m, s = _row_partials(
-                target_local_max_ptr, target_local_sumexp_ptr, row, live, local_stride, num_blocks, NB_P2
-            )
-            lse = _lse_of(m, s)
-            x = _gather_if(t_ptr + i * target_logits_stride, token, live)
-            lp = x.to(tl.float64) - lse
-            lq = tl.zeros((), dtype=tl.float64)
-            d_lse = tl.zeros((), dtype=tl.float64)
-            if HAS_DRAFT_LOGITS:
-                d_lse = _lse_of(
-                    *_row_partials(
-                        draft_local_max_ptr, draft_local_sumexp_ptr, row, live, local_stride, num_blocks, NB_P2
-                    )
-                )
-                y = _finite_or_neg_inf(
-                    tl.load(d_base + i * draft_logits_stride_1 + token, mask=live, other=float("-inf")).to(tl.float32)
-                    * inv_t
-                )
-                lq = y.to(tl.float64) - d_lse
-            if SYNTHETIC_MODE:
-                accepted = u32 < tl.load(synthetic_conditional_rates_ptr + i)
-            else:
-                accepted = lp > tl.log(u32.to(tl.float64)) + lq
-            accepted = accepted & live
-            tl.store(out + i, token, mask=verifying & live)
-            here = verifying & live & (accepted == 0)  # this row is c_r + tau, its draft rejected
-            pos_sel = tl.where(here, position, pos_sel)
-            tok_sel = tl.where(here, token, tok_sel)
-            if HAS_DRAFT_LOGITS:
-                lse_sel = tl.where(here, lse, lse_sel)
-                d_lse_sel = tl.where(here, d_lse, d_lse_sel)
-            else:
-                x_sel = tl.where(here, x, x_sel)
-                m_sel = tl.where(here, m, m_sel)
-                s_sel = tl.where(here, s, s_sel)
-            verifying = verifying & accepted
-            tau += verifying.to(tl.int64)
+                    if HAS_DRAFT_LOGITS:
+                        d_lse = _lse(draft_local_max_ptr, draft_local_sumexp_ptr, row, local_stride, num_blocks, NB_P2)
+                        d_ptr = draft_logits_ptr + slot * draft_logits_stride_0 + step * draft_logits_stride_1
+                        y = _finite_or_neg_inf(tl.load(d_ptr + token).to(tl.float32) * _inverse(temperature))
+                        lq = y.to(tl.float64) - d_lse
+                    if SYNTHETIC_MODE:
+                        accepted = u32 < tl.load(synthetic_conditional_rates_ptr + step)
+                    else:
+                        accepted = lp > tl.log(u) + lq
+                    accepted = accepted & valid
+                    tl.store(out + step, token)
+                    tau += accepted.to(tl.int64)
+                    verifying = accepted
     tl.store(num_sampled_ptr + req, tau.to(tl.int32))
 
-    # ---- the plan for row c_r + tau: its draft was rejected iff tau < first (else a -1 or bonus)
+    # ---- the plan for row c_r + tau
+    row = start + tau
+    rejected = tl.load(draft_sampled_ptr + row + 1, mask=tau < num_drafts, other=-1).to(tl.int64)
     plan = tl.full((), PLAN_TARGET, tl.int32)  # bonus row, or a placeholder: the plain target
     if is_greedy:
         plan = tl.where(tau == num_drafts, PLAN_ARGMAX, PLAN_DONE).to(tl.int32)
-    elif tau < first:
-        u_row = _row_uniform(seed, pos_sel)
+    elif rejected >= 0:
+        u_row = _row_uniform(seed, tl.load(pos_ptr + row))
         if HAS_DRAFT_LOGITS:
             # max(p_tau p - q, 0) at row tau (p_tau = 1 outside block verification and at tau = 0)
             plan = tl.full((), PLAN_RESIDUAL, tl.int32)
@@ -737,21 +576,31 @@ def _rejection_kernel(
                 if tau > 0:
                     # the residual-mass pass has this row's block masses: level 1 here
                     plan = tl.full((), PLAN_BLOCK_RESIDUAL, tl.int32)
-                    scale = tl.exp(clp_sel).to(tl.float32)
-                    b, _ = _pick(res_sel, u_row, NB_P2)
+                    scale = tl.exp(tl.load(cumulative_log_p_ptr + row - 1)).to(tl.float32)
+                    w = tl.load(local_residual_mass_ptr + row * local_stride + nb, mask=nb_mask, other=0.0)
+                    b, _ = _pick(w, u_row, NB_P2)
                     tl.store(plan_block_ptr + req, b.to(tl.int32))
             tl.store(plan_scale_ptr + req, scale)
-            tl.store(plan_lse_ptr + 2 * req, lse_sel)
-            tl.store(plan_lse_ptr + 2 * req + 1, d_lse_sel)
+            tl.store(
+                plan_lse_ptr + 2 * req,
+                _lse(target_local_max_ptr, target_local_sumexp_ptr, row, local_stride, num_blocks, NB_P2),
+            )
+            tl.store(
+                plan_lse_ptr + 2 * req + 1,
+                _lse(draft_local_max_ptr, draft_local_sumexp_ptr, row, local_stride, num_blocks, NB_P2),
+            )
         else:
             # One-hot residual p(x) [x != d] (p_tau cancels under block verification): block masses
             # are the stats partials, less d's own term in d's block; level 1 here.
             plan = tl.full((), PLAN_ONE_HOT, tl.int32)
-            d_block = tok_sel // BLOCK
-            d_max = tl.max(tl.where(nb == d_block, m_sel, float("-inf")), 0)
-            e_d = tl.where(x_sel == float("-inf"), 0.0, tl.exp(x_sel - d_max)).to(tl.float64)
-            s = tl.where(nb == d_block, tl.maximum(s_sel - e_d, 0.0), s_sel)
-            m = m_sel.to(tl.float64)
+            m32 = tl.load(target_local_max_ptr + row * local_stride + nb, mask=nb_mask, other=float("-inf"))
+            s = tl.load(target_local_sumexp_ptr + row * local_stride + nb, mask=nb_mask, other=0.0)
+            d_block = rejected // BLOCK
+            x_d = _gather(target_logits_ptr + row * target_logits_stride, rejected)
+            d_max = tl.load(target_local_max_ptr + row * local_stride + d_block)
+            e_d = tl.where(x_d == float("-inf"), 0.0, tl.exp(x_d - d_max)).to(tl.float64)
+            s = tl.where(nb == d_block, tl.maximum(s - e_d, 0.0), s)
+            m = m32.to(tl.float64)
             big = tl.max(m, 0)
             w = tl.where(m == float("-inf"), 0.0, s * tl.exp(m - big))
             b, _ = _pick(w, u_row, NB_P2)
@@ -1172,11 +1021,8 @@ class Pipeline:
             self.draft_local_max, self.draft_local_sumexp = self.target_local_max, self.target_local_sumexp
             self.draft_strides = (0, 0)
             self.draft_arg = target_logits
-        # Block verification without a residual-mass pass (one-hot drafts, or K = 1): the rejection
-        # kernel computes cumulative log p itself (the same operations: one launch fewer).
-        residual = use_block_verification and self.has_draft_logits and self.k > 1
-        self.fused_cum_log_p = use_block_verification and not residual
-        self.cumulative_log_p = torch.empty(n if residual else 1, **f64)
+        self.cumulative_log_p = torch.empty(n if use_block_verification else 1, **f64)
+        residual = use_block_verification and self.has_draft_logits
         self.row_lse = torch.empty(n if residual else 1, 2, **f64)  # each real row's (L_t, L_d)
         self.local_residual_mass = torch.empty(n, nb, **f64) if residual else self.target_local_sumexp
         self.rates = synthetic_conditional_rates if self.synthetic else temperature
@@ -1198,8 +1044,10 @@ class Pipeline:
         if self.num_reqs == 0:
             return []
         stages = [("stats", self._stats)]
-        if self.use_block_verification and not self.fused_cum_log_p:
-            stages += [("cum_log_p", self._cumulative_log_p), ("residual_mass", self._residual_mass)]
+        if self.use_block_verification:
+            stages.append(("cum_log_p", self._cumulative_log_p))
+            if self.has_draft_logits and self.k > 1:
+                stages.append(("residual_mass", self._residual_mass))
         stages += [("rejection", self._rejection), ("resample", self._resample)]
         if not self.config.fused_insert:
             stages.append(("insert", self._insert))
@@ -1259,7 +1107,6 @@ class Pipeline:
             GROUPS=self.k,
             SUB=c.stats_blocks,
             BLOCK=SAMPLE_BLOCK,
-            SPECULATIVE_LOAD=c.speculative_load,
             num_warps=c.stats_warps,
         )
 
@@ -1275,8 +1122,6 @@ class Pipeline:
             cumulative_log_p_ptr=self.cumulative_log_p,
             row_lse_ptr=self.row_lse,
             HAS_DRAFT_LOGITS=self.has_draft_logits,
-            K=self.k,
-            K_P2=self.k_p2,
             NB_P2=self.nb_p2,
             num_warps=1,
         )
@@ -1317,14 +1162,10 @@ class Pipeline:
             **self._partials(),
             local_residual_mass_ptr=self.local_residual_mass,
             cumulative_log_p_ptr=self.cumulative_log_p,
-            row_lse_ptr=self.row_lse,
             synthetic_conditional_rates_ptr=self.rates,
             HAS_DRAFT_LOGITS=self.has_draft_logits,
             SYNTHETIC_MODE=self.synthetic,
             USE_BLOCK_VERIFICATION=self.use_block_verification,
-            FUSED_CUM_LOG_P=self.fused_cum_log_p,
-            K=self.k,
-            K_P2=self.k_p2,
             NB_P2=self.nb_p2,
             BLOCK=SAMPLE_BLOCK,
             num_warps=1,
