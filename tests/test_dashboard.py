@@ -395,13 +395,20 @@ def test_the_releases_page_tabulates_the_placeholder_change(site):
     _, _, releases = site
     rows = {(r[0], r[1]): r for r in _rows(_section(releases, "placeholder-drop"))}
     assert set(rows) == {(m, d) for m in MODE_ORDER for d in ("logits", "one-hot")}
+    # columns: mode, draft, pattern, the change at each density (phi = 0 first, phi = 1 last),
+    # then phi=1 / phi=0 before and after
     for mode in ("standard", "block"):
-        change = float(rows[(mode, "logits")][4].replace("−", "-").rstrip("%"))
+        change = float(rows[(mode, "logits")][-3].replace("−", "-").rstrip("%"))
         assert change == pytest.approx(100 * (1.22 / 1.40 - 1), abs=1.5)
         assert abs(float(rows[(mode, "logits")][3].replace("−", "-").rstrip("%"))) < 1.5  # phi = 0
-    assert abs(float(rows[("greedy", "logits")][4].replace("−", "-").rstrip("%"))) < 1.5
+    assert abs(float(rows[("greedy", "logits")][-3].replace("−", "-").rstrip("%"))) < 1.5
     section = _section(releases, "placeholder-drop")
-    assert section.count('class="improvement"') == 2  # beyond the noise floor: those two only
+    for mode in ("standard", "block"):  # planted: -7.5% at phi=0.5
+        change = float(rows[(mode, "logits")][4].replace("−", "-").rstrip("%"))
+        assert change == pytest.approx(-7.5, abs=1.5)
+    # beyond the noise floor: phi=0.5 and phi=1 of standard and block with draft logits, only
+    assert section.count('class="improvement"') == 4
+    assert 'class="regression"' not in section
 
 
 def test_the_releases_page_marks_faults_and_semantics(site):

@@ -36,6 +36,7 @@ from .specs import (
     PLACEHOLDER_SUBJECTS,
     SECTION_TEXT,
     SECTIONS,
+    VERSUS_SUBJECTS,
 )
 
 _ENV = Environment(
@@ -414,34 +415,53 @@ def _drop_context(rows: pd.DataFrame) -> dict:
             else "the Density sweep was not measured at phi=0 and phi=1 for both"
         )
         return {"rows": [], "empty": f"No placeholder change to show ({why})."}
+    key = ["mode", "draft", "placeholder_pattern"]
+    densities = sorted(change["placeholder_density"].unique())
+    by_point = change.set_index([*key, "placeholder_density"])
     out = []
     for row in table.to_dict("records"):
-        tone = ""
-        if row["beyond_noise_phi1"]:
-            tone = "improvement" if row["change_phi1"] < 0 else "regression"
+        cells = []
+        for phi in densities:
+            point = (row["mode"], row["draft"], row["placeholder_pattern"], phi)
+            if point not in by_point.index:
+                cells.append({"text": "—", "tone": ""})  # not measured on both sides (a fault)
+                continue
+            ratio, beyond = by_point.loc[point, "ratio"], bool(by_point.loc[point, "beyond_noise"])
+            tone = ("improvement" if ratio < 1 else "regression") if beyond else ""
+            cells.append({"text": _pct(ratio - 1), "tone": tone})
         out.append(
             {
                 "mode": row["mode"],
                 "draft": row["draft"],
                 "pattern": row["placeholder_pattern"],
-                "change_phi0": _pct(row["change_phi0"]),
-                "change_phi1": _pct(row["change_phi1"]),
-                "ratio_before": f"{row['phi1_over_phi0_before']:.3f}",
-                "ratio_after": f"{row['phi1_over_phi0_after']:.3f}",
-                "tone": tone,
+                "cells": cells,
+                "ratio_before": _ratio_text(row["phi1_over_phi0_before"]),
+                "ratio_after": _ratio_text(row["phi1_over_phi0_after"]),
             }
         )
     caption = (
-        f"Latency of vLLM {after} against {before} (the newest release measured before "
-        f"it) at the base point, all placeholders (phi=1) and none (phi=0); "
+        f"Latency change from vLLM {before} (the newest release measured before "
+        f"{after}) to {after} at the base point, per placeholder density phi; "
         f"{PLACEHOLDER_CHANGE} is about placeholder-heavy batches, so phi=0 is the "
-        f"control. Coloured: beyond the releases' noise floor ({_floor_text('releases')})."
+        f"control. Coloured: beyond the releases' noise floor ({_floor_text('releases')}); "
+        f"—: not measured on both sides (a release crashed there, see Faults and semantics)."
     )
-    return {"rows": out, "before": before, "after": after, "caption": caption, "empty": ""}
+    return {
+        "rows": out,
+        "densities": [f"{phi:g}" for phi in densities],
+        "before": before,
+        "after": after,
+        "caption": caption,
+        "empty": "",
+    }
+
+
+def _ratio_text(value) -> str:
+    return "—" if value != value else f"{value:.3f}"
 
 
 def _versus_context(rows: pd.DataFrame) -> dict:
-    table = sel.newest_release_vs_ours(rows) if not rows.empty else pd.DataFrame()
+    table = sel.newest_release_vs_ours(rows, VERSUS_SUBJECTS) if not rows.empty else pd.DataFrame()
     if table.empty:
         return {"rows": [], "empty": "No release measured beside mrv2 or fast."}
     subjects = [c.removeprefix("ratio_") for c in table.columns if c.startswith("ratio_")]

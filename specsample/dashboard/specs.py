@@ -98,6 +98,9 @@ US = 1e6  # asv stores time_* in seconds; kernels run in microseconds
 BASELINE = "mrv2"  # the subject speedups are measured against, and ratios taken to
 BASELINES = ("torch-eager", "flashinfer", "mrv2-pre50939")
 FASTEST = "fast"  # the faster design, shown against mrv2 (issue 7)
+# Ours, each against the newest vLLM release on the releases page: the replica, the sampler with
+# mrv2's draws, and the sampler with its own random stream.
+VERSUS_SUBJECTS = (BASELINE, FASTEST, "express")
 PLACEHOLDER_SUBJECTS = ("mrv2-pre50939", "mrv2")  # our replica before PR #50939, and after
 # The vLLM release PR #50939 (the placeholder change) first shipped in; the release before it
 # is the newest one measured below it.
