@@ -70,7 +70,7 @@ class Sweep:
     kind: str = "sampler"  # "sampler" (end to end) or "stages" (per-kernel breakdown)
     latency: bool = True  # also an asv-statistics time_ class (replays the sweep's measurement)
     timeout: int = 900  # seconds asv allows the first point, which measures the whole sweep
-    max_crashes: int = 2  # crashes of a subject in one mode before its other points there are not run
+    max_crashes: int = 2  # crashes of a subject in one mode and draft kind before its other points there are not run
 
     @property
     def class_name(self) -> str:
@@ -166,8 +166,8 @@ SWEEPS: tuple[Sweep, ...] = (
     _sweep("nightly", "Stages", kind="stages", placeholder_density=(0.0, 0.5, 1.0), draft=("logits", "one-hot")),
     _sweep("nightly", "Vllm", subject=(*OURS, *NIGHTLY_VLLM), placeholder_density=_DENSITIES),
     # ---- releases: every MRV2 release beside ours, measured in one run
-    # Releases that fault do so in a whole mode (0.22-0.24: standard with placeholders; 0.25-0.27:
-    # block): one crash per mode and sweep is recorded and the rest of that mode is not run, since
+    # Releases fault where request 0's first draft is -1 (0.22-0.24: standard; 0.25-0.27.1: block):
+    # one crash per mode, draft kind and sweep is recorded and the rest there is not run, since
     # every crash costs a fresh worker (about 10 s on the H200).
     _sweep(
         "releases",

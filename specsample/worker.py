@@ -11,9 +11,10 @@ line by line. The worker says which subject it is about to run before each step
 - that subject's point is recorded as ``crashed`` with the reason (the CUDA error, the signal, or
   the stall);
 - a fresh worker goes on with the other subjects of that point and the points after it;
-- a subject that crashed ``JobOptions.max_crashes`` times in one verification mode is not run
-  again in that mode in this job (its remaining points there are recorded as crashed, saying
-  so; its other modes go on); nothing already measured is lost.
+- a subject that crashed ``JobOptions.max_crashes`` times in one verification mode and draft
+  kind is not run again there in this job (its remaining points there are recorded as crashed,
+  saying so; its other modes and draft kinds go on: a release that faults with draft logits may
+  run with one-hot drafts); nothing already measured is lost.
 
 Records are plain dicts (JSON): ``status`` ``ok`` (``samples``, ``median``, ``method``, ``l2``,
 ``calls_per_sample``, ``input_copies``, ``capture_error``, ``bytes``, ``semantics``,
@@ -193,7 +194,8 @@ def _run_shard(pending, options, outcome, crash_count, python, log, total, gpu=N
             subject = unit.subjects[unit.names.index(name)]
             outcome.records[key][name] = {"status": "crashed", "reason": reason}
             outcome.crashes.append((key, subject, reason))
-            crash_count[(subject, unit.point.get("mode"))] = crash_count.get((subject, unit.point.get("mode")), 0) + 1
+            where = _crash_scope(subject, unit.point)
+            crash_count[where] = crash_count.get(where, 0) + 1
         say(f"specsample worker: {name} ({subject}) crashed at {_label(unit.point)}: {reason}")
         pending = [_replace_subjects(u, [n for n in u.names if n != name]) if u.key == key else u for u in pending]
     return []
@@ -210,18 +212,25 @@ def _replace_subjects(unit: Unit, keep: list[str]) -> Unit:
     return Unit(unit.key, unit.point, tuple(s for s, _ in pairs), unit.kind, labels)
 
 
+def _crash_scope(subject: str, point: dict) -> tuple:
+    """What a crash counts against: the subject in one verification mode and draft kind."""
+    return (subject, point.get("mode"), point.get("draft"))
+
+
 def _without_banned(unit: Unit, outcome: Outcome, crash_count: dict[str, int], options: JobOptions) -> Unit:
     keep = []
     for subject, name in zip(unit.subjects, unit.names):
         if name in outcome.records[unit.key]:
             continue  # already recorded (crashed here earlier)
-        count = crash_count.get((subject, unit.point.get("mode")), 0)
+        count = crash_count.get(_crash_scope(subject, unit.point), 0)
         if count >= options.max_crashes:
             last = next(reason for _, subj, reason in reversed(outcome.crashes) if subj == subject)
+            where = (
+                unit.point.get("mode") + " mode" + (f", {unit.point['draft']} drafts" if "draft" in unit.point else "")
+            )
             outcome.records[unit.key][name] = {
                 "status": "crashed",
-                "reason": f"not run: crashed {count} times in {unit.point.get('mode')} mode earlier in this run "
-                f"(last: {last})",
+                "reason": f"not run: crashed {count} times in {where} earlier in this run (last: {last})",
             }
             continue
         keep.append(name)

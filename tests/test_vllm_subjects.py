@@ -220,18 +220,19 @@ def test_a_ref_without_a_checkout_is_not_supported_here(cache, monkeypatch):
 # ---- fault isolation ---------------------------------------------------------------------------
 
 
-def _units(phis=(0.0, 0.5, 0.0)):
+def _units(phis=(0.0, 0.5, 0.0), drafts=None):
+    drafts = drafts or ("logits",) * len(phis)
     points = [
         dict(
             mode="standard",
-            draft="logits",
+            draft=draft,
             num_reqs=2,
             num_speculative_steps=2,
             vocab_size=300,
             placeholder_density=phi,
             placeholder_pattern="trailing",
         )
-        for phi in phis
+        for phi, draft in zip(phis, drafts)
     ]
     return [worker.Unit(f"u/{i}", p, ("mrv2", "vllm==9.12.0")) for i, p in enumerate(points)]
 
@@ -256,9 +257,20 @@ def test_a_subject_that_crashes_twice_is_not_run_again(tmp_path, cache):
     outcome = worker.run_units(_units((0.5, 0.5, 0.5, 0.0)), OPTIONS, log=lambda line: None)
     statuses = [outcome.records[f"u/{i}"]["vllm==9.12.0"]["status"] for i in range(4)]
     assert statuses == ["crashed", "crashed", "crashed", "crashed"]
-    assert "not run: crashed 2 times in standard mode" in outcome.records["u/2"]["vllm==9.12.0"]["reason"]
+    reason = outcome.records["u/2"]["vllm==9.12.0"]["reason"]
+    assert "not run: crashed 2 times in standard mode, logits drafts" in reason
     assert outcome.workers == 3  # two crashes, then one worker for the rest
     assert all(outcome.records[f"u/{i}"]["mrv2"]["status"] == "ok" for i in range(4))
+
+
+def test_a_crash_with_one_draft_kind_does_not_stop_the_other(tmp_path, cache):
+    """The count is per mode and draft kind: crashes with draft logits leave one-hot points run."""
+    _fetch(tmp_path, "9.12.0", misbehave="exit")
+    units = _units((0.5, 0.5, 0.0, 0.0), drafts=("logits", "logits", "logits", "one-hot"))
+    outcome = worker.run_units(units, OPTIONS, log=lambda line: None)
+    statuses = [outcome.records[f"u/{i}"]["vllm==9.12.0"]["status"] for i in range(4)]
+    assert statuses == ["crashed", "crashed", "crashed", "ok"]
+    assert "not run" in outcome.records["u/2"]["vllm==9.12.0"]["reason"]
 
 
 def test_a_subject_that_hangs_is_recorded_as_hung(tmp_path, cache):
