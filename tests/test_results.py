@@ -176,6 +176,15 @@ def test_machine_environment_of_newest_run_with_gpuinfo(df):
     assert machine_environment(df)["gpu"] is None  # newest commit has no gpuinfo file
 
 
+def test_machine_environment_of_rows_without_a_commit():
+    """A sign-off of two subjects (two releases) measures no commit of ours: its rows carry the
+    GPU's description all the same, and the report shows it."""
+    row = {"machine": "h200", "gpu": "NVIDIA H200", "driver": "580.159.04", "benchmark": "b", "value": 1.0}
+    info = machine_environment(results.to_frame([row, dict(row, benchmark="c")]))
+    assert info["machine"] == "h200" and info["commit"] is None
+    assert info["gpu"] == "NVIDIA H200" and info["driver"] == "580.159.04"
+
+
 # ---------------------------------------------------------------------------------------------
 # Broken files are problems, not crashes
 # ---------------------------------------------------------------------------------------------

@@ -198,7 +198,7 @@ def commit_order(df: pd.DataFrame) -> pd.DataFrame:
 def latest_commit(df: pd.DataFrame, machine: str) -> str | None:
     """The newest commit (by date) with results on ``machine``, or None if it has none."""
     order = commit_order(df)
-    order = order[order.machine == machine]
+    order = order[(order.machine == machine) & order.commit.notna()]
     return None if order.empty else str(order.commit.iloc[-1])
 
 
@@ -215,7 +215,9 @@ def machine_environment(
     if machine is None:
         machine = str(df.sort_values("date", kind="stable")["machine"].iloc[-1])
     commit = commit or latest_commit(df, machine)
-    rows = df[(df["machine"] == machine) & (df["commit"] == commit)]
+    rows = df[df["machine"] == machine]
+    if commit is not None:  # rows of subjects rather than commits (a sign-off of two releases) have none
+        rows = rows[rows["commit"] == commit]
     info: dict[str, str | None] = {"machine": machine, "commit": commit}
     for column in ENV_COLUMNS:
         values = rows[column].dropna() if column in rows else ()
