@@ -11,7 +11,8 @@ Tiers:
 * ``quick``    about 60 points around the base point, for sign-off of a kernel change.
 * ``nightly``  one-axis sweeps around the base point (R=128, K=4, V=151936, phi=0.5, trailing
   placeholders), full placeholder-density sweeps per mode and draft kind, the peers, the
-  per-kernel breakdown, and :data:`NIGHTLY_VLLM` beside our subjects.
+  per-kernel breakdown, and :data:`NIGHTLY_VLLM` beside our subjects; :data:`FIDELITY` (the
+  release mrv2 replicates, and ``mrv2-vllm``) in every sampler sweep but the peers.
 * ``releases`` every MRV2 release of vLLM (:data:`MRV2_RELEASES`) beside our subjects and
   ``mrv2-vllm``: density x mode x draft kind at the base point (trailing placeholders), and
   one-axis sweeps of R, K and V.
@@ -54,10 +55,17 @@ NEWEST_RELEASE = f"vllm=={MRV2_RELEASES[-1]}"
 NIGHTLY_VLLM = (NEWEST_RELEASE, "vllm@main")
 
 OURS = ("mrv2", "mrv2-pre50939", "fast", "express")
+# The newest release whose draws mrv2 reproduces ("same draws" at every point it runs; 0.31.0
+# moved the resample noise to a hash), and mrv2 without its one deliberate difference: both in
+# every nightly sampler sweep but the peers, so that the replica's fidelity is measured at every
+# nightly point.
+REPLICATED_RELEASE = "vllm==0.30.0"
+FIDELITY = ("mrv2-vllm", REPLICATED_RELEASE)
 
 # The base point of the nightly one-axis sweeps, one value per axis (sweeps override axes).
 BASE = {"subject": OURS, **{axis: (value,) for axis, value in BASE_POINT.items()}}
 BASE["mode"] = ("greedy", "standard", "block")
+_NIGHTLY = {"subject": (*OURS, *FIDELITY)}  # appended after OURS: asv keeps every earlier value
 
 
 @dataclass(frozen=True)
@@ -141,13 +149,14 @@ SWEEPS: tuple[Sweep, ...] = (
     # ---- nightly: one-axis sweeps around the base point, density sweeps per mode, peers.
     # Latency (asv statistics over the replayed samples) for the one-axis sweeps and the
     # placeholder extremes; every sweep is measured once per run, subjects interleaved.
-    _sweep("nightly", "Batch", num_reqs=(1, 8, 32, 128, 256, 512)),
-    _sweep("nightly", "Steps", num_speculative_steps=(1, 3, 4, 7, 8)),
-    _sweep("nightly", "Vocab", vocab_size=(32000, 128256, 151936, 155264, 262144)),
-    _sweep("nightly", "Placeholders", placeholder_density=(0.0, 1.0)),
+    _sweep("nightly", "Batch", num_reqs=(1, 8, 32, 128, 256, 512), **_NIGHTLY),
+    _sweep("nightly", "Steps", num_speculative_steps=(1, 3, 4, 7, 8), **_NIGHTLY),
+    _sweep("nightly", "Vocab", vocab_size=(32000, 128256, 151936, 155264, 262144), **_NIGHTLY),
+    _sweep("nightly", "Placeholders", placeholder_density=(0.0, 1.0), **_NIGHTLY),
     _sweep(
         "nightly",
         "Density",
+        **_NIGHTLY,
         latency=False,
         placeholder_density=_DENSITIES,
         placeholder_pattern=("trailing", "random"),
@@ -164,7 +173,7 @@ SWEEPS: tuple[Sweep, ...] = (
         vocab_size=(32000, 151936),
     ),
     _sweep("nightly", "Stages", kind="stages", placeholder_density=(0.0, 0.5, 1.0), draft=("logits", "one-hot")),
-    _sweep("nightly", "Vllm", subject=(*OURS, *NIGHTLY_VLLM), placeholder_density=_DENSITIES),
+    _sweep("nightly", "Vllm", subject=(*OURS, *NIGHTLY_VLLM, *FIDELITY), placeholder_density=_DENSITIES),
     # ---- releases: every MRV2 release beside ours, measured in one run
     # Releases fault where request 0's first draft is -1 (0.22-0.24: standard; 0.25-0.27.1: block):
     # one crash per mode, draft kind and sweep is recorded and the rest there is not run, since

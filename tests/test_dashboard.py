@@ -479,3 +479,22 @@ def test_the_releases_page_lists_changes_between_releases_and_provenance(site):
     provenance = _section(releases, "provenance")
     assert "vllm==0.28.0" in provenance and "vllm-0.28.0-cp38-abi3.whl" in provenance
     assert "rejection_sampler_utils.py" in provenance and "cd" * 6 in provenance
+
+
+def test_replica_fidelity_is_each_point_against_the_replicated_release(df):
+    """mrv2 has the placeholder fix, as 0.29.0 has: every point within 3% (the planted noise is
+    0.3%); the pre-#50939 replica is slower at the placeholder-heavy points."""
+    table = select.replica_fidelity(df, "vllm==0.29.0", subjects=("mrv2", "mrv2-pre50939"))
+    assert set(table["tier"]) == {"releases"} and set(table["sweep"]) == {"Density", "Shape"}
+    mrv2 = table[table["subject"] == "mrv2"]
+    assert (mrv2["within"] == mrv2["points"]).all() and (mrv2["points"] > 0).all()
+    assert mrv2["geomean"].between(0.99, 1.01).all()
+    density = table[(table["subject"] == "mrv2-pre50939") & (table["sweep"] == "Density")].iloc[0]
+    assert density["within"] < density["points"] and density["max"] > 1.1
+    assert "phi=1" in density["worst"]
+    assert select.replica_fidelity(df, "vllm==9.9.9").empty
+
+
+def test_the_releases_page_says_when_the_replicated_release_was_not_measured(site):
+    _, _, releases = site
+    assert "was not measured beside mrv2 or mrv2-vllm" in _section(releases, "fidelity")

@@ -23,6 +23,7 @@ import pandas as pd
 
 from ..track import changepoints
 from ..track.results import load_provenance
+from ..tiers import REPLICATED_RELEASE
 from . import page, select
 from .render import Context, Rendered, render_all, render_figure
 from .select import MissingData
@@ -85,6 +86,7 @@ def build_dashboard(
         provenance=provenance,
         captions=captions,
         notes=select.status_notes(data[~ours]),
+        fidelity=select.replica_fidelity(data, REPLICATED_RELEASE),
     )
     return page.write_index(
         out_dir,

@@ -16,6 +16,7 @@ import pandas as pd
 from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
 
 from ..schema import STATUSES, subject_sort_key
+from ..tiers import REPLICATED_RELEASE
 from ..track import changepoints
 from ..track.results import ENV_COLUMNS, PARAM_COLUMNS, commit_order
 from ..track.signoff import format_value
@@ -26,6 +27,8 @@ from .specs import (
     ABOVE_ONE_SUBJECT_TEXT,
     ABOVE_ONE_TEXT,
     CAPTION_VALUES,
+    FIDELITY_SUBJECTS,
+    FIDELITY_TOLERANCE,
     MAX_FAULT_ROWS,
     MAX_TABLE_ROWS,
     NOTHING_ABOVE_ONE,
@@ -126,10 +129,11 @@ def write_releases(
     provenance: dict,
     captions: dict,
     notes: list[str],
+    fidelity: pd.DataFrame | None = None,
 ) -> Path:
     """``out_dir/releases.html``: the placeholder change between releases, the newest release
-    against ours, faults and semantics, latency over releases, changes between releases,
-    provenance."""
+    against ours, replica fidelity, faults and semantics, latency over releases, changes between
+    releases, provenance."""
     releases = changepoints.release_order(rows["release"].dropna()) if not rows.empty else []
     commits = sorted(set(rows["commit"].dropna())) if not rows.empty else []
     header, notes = [], list(notes)
@@ -150,6 +154,7 @@ def write_releases(
         [
             ("#placeholder-drop", "Placeholder change"),
             ("#newest-release", "Newest vs ours"),
+            ("#fidelity", "Replica fidelity"),
             ("#release-outcomes", "Faults and semantics"),
             *((f"#{s['id']}", s["heading"]) for s in sections),
             ("#release-regressions", "Changes between releases"),
@@ -170,6 +175,7 @@ def write_releases(
         "change_release": PLACEHOLDER_CHANGE_RELEASE,
         "drop": _drop_context(rows),
         "versus": _versus_context(rows),
+        "fidelity": _fidelity_context(fidelity if fidelity is not None else pd.DataFrame()),
         "outcomes": _outcomes_context(rows),
         "sections": sections,
         "changes_caption": _changes_caption("releases"),
@@ -485,6 +491,48 @@ def _versus_context(rows: pd.DataFrame) -> dict:
         f"points."
     )
     return {"rows": out, "subjects": subjects, "release": f"vllm=={release}", "caption": caption, "empty": ""}
+
+
+def _fidelity_context(table: pd.DataFrame) -> dict:
+    if table.empty:
+        return {"rows": [], "empty": f"{REPLICATED_RELEASE} was not measured beside {' or '.join(FIDELITY_SUBJECTS)}."}
+    rows = []
+    for r in table.to_dict("records"):
+        within = r["within"] == r["points"]
+        rows.append(
+            {
+                "cells": [
+                    r["tier"],
+                    r["sweep"],
+                    r["subject"],
+                    r["commit"][:8],
+                    r["points"],
+                    f"{r['geomean']:.3f}",
+                    f"{r['min']:.3f} … {r['max']:.3f}",
+                    f"{r['within']} of {r['points']}",
+                    r["worst"],
+                ],
+                "tone": "" if within else "regression",
+            }
+        )
+    caption = (
+        f"Latency of ours over {REPLICATED_RELEASE} (the newest release whose draws mrv2 "
+        f"reproduces), point by point, measured in the same run, at each tier's newest commit "
+        f"that measured it. Aim: within {FIDELITY_TOLERANCE:.0%} at every point. mrv2 maps NaN "
+        f"logits to -inf on load (its one deliberate difference); mrv2-vllm does not."
+    )
+    columns = [
+        "tier",
+        "sweep",
+        "subject",
+        "commit",
+        "points",
+        "geomean",
+        "range",
+        f"within {FIDELITY_TOLERANCE:.0%}",
+        "furthest",
+    ]
+    return {"rows": rows, "columns": columns, "caption": caption, "empty": ""}
 
 
 def _outcomes_context(rows: pd.DataFrame) -> dict:

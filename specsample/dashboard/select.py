@@ -19,6 +19,9 @@ from ..track.signoff.stats import TIME_UNITS
 from .specs import (
     CATEGORY_ORDER,
     FASTEST,
+    FIDELITY_METRICS,
+    FIDELITY_SUBJECTS,
+    FIDELITY_TOLERANCE,
     METRIC_PREFERENCE,
     PLACEHOLDER_CHANGE_RELEASE,
     RELEASE_METRICS,
@@ -412,6 +415,51 @@ def placeholder_ratio_change(change: pd.DataFrame) -> pd.DataFrame:
     order = {m: i for i, m in enumerate(dict(CATEGORY_ORDER)["mode"])}
     out = out.assign(_m=out["mode"].map(order)).sort_values(["_m", "draft", "placeholder_pattern"])
     return out[columns].reset_index(drop=True)
+
+
+def replica_fidelity(df: pd.DataFrame, release: str, subjects=FIDELITY_SUBJECTS) -> pd.DataFrame:
+    """Each of ``subjects`` against ``release`` (the release whose draws it reproduces) at every
+    point both were measured at, at each tier's newest commit that measured the release: per
+    tier, sweep and subject, ``commit``, ``metric``, ``points``, the geomean, min and max of
+    ours / release latency, ``within`` (points within :data:`FIDELITY_TOLERANCE`) and ``worst``
+    (the point furthest from 1, as a label)."""
+    columns = ["tier", "sweep", "subject", "commit", "metric", "points", "geomean", "min", "max", "within", "worst"]
+    timed = df[(df["status"] == "ok") & df["metric"].isin(FIDELITY_METRICS)] if not df.empty else df
+    measured = timed[timed["subject"] == release] if not timed.empty else timed
+    if measured.empty:
+        return pd.DataFrame(columns=columns)
+    key = [a for a in PARAM_COLUMNS if a in timed and a != "subject"]
+    out = []
+    for tier, part in measured.groupby("tier", sort=False):
+        order = commit_order(part)
+        commit = str(order["commit"].iloc[-1])
+        at = timed[(timed["tier"] == tier) & (timed["commit"] == commit)]
+        for sweep, rows in at.groupby("sweep", sort=False):
+            metric = next((m for m in FIDELITY_METRICS if m in set(rows["metric"])), None)
+            rows = rows[rows["metric"] == metric]
+            base = rows[rows["subject"] == release].groupby(key, dropna=False)["value"].median()
+            for subject in subjects:
+                ours = rows[rows["subject"] == subject].groupby(key, dropna=False)["value"].median()
+                ratio = (ours / base).dropna()
+                if ratio.empty:
+                    continue
+                at = int(np.argmax(np.abs(ratio.to_numpy() - 1)))  # positional: the key holds NaN (stage)
+                out.append(
+                    {
+                        "tier": tier,
+                        "sweep": sweep,
+                        "subject": subject,
+                        "commit": commit,
+                        "metric": metric,
+                        "points": len(ratio),
+                        "geomean": aggregate(ratio, "geomean"),
+                        "min": ratio.min(),
+                        "max": ratio.max(),
+                        "within": int(((ratio - 1).abs() <= FIDELITY_TOLERANCE).sum()),
+                        "worst": f"{point_label(dict(zip(key, ratio.index[at])))}: {ratio.iloc[at]:.3f}",
+                    }
+                )
+    return pd.DataFrame(out, columns=columns)
 
 
 def newest_release_vs_ours(rows: pd.DataFrame, subjects=(BASELINE_SUBJECT, FASTEST)) -> pd.DataFrame:

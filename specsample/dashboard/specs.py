@@ -127,6 +127,12 @@ RELEASE_SWEEPS: tuple[tuple[str, str], ...] = (
     ("Vocab", "vocab_size"),
 )
 RELEASE_METRICS = ("time_sample", "track_latency_us")
+# Replica fidelity: ours against the release whose draws they reproduce, measured beside it
+# (issue 17: mrv2 within 3% of it at every nightly point, or a variant that is). Interleaved
+# medians first: the subjects of a point were measured in one worker.
+FIDELITY_SUBJECTS = ("mrv2", "mrv2-vllm")
+FIDELITY_TOLERANCE = 0.03
+FIDELITY_METRICS = ("track_latency_us", "time_sample")
 _RELEASE_ROWS = (("tier", "releases"), ("metric", "time_sample"))
 _RELEASE_STATUSES = ("ok", "crashed", "failed")
 _HEATMAP_AXES = (("num_reqs", "vocab_size"), ("num_speculative_steps", "placeholder_density"))
