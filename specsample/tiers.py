@@ -127,7 +127,7 @@ def _sweep(
     return Sweep(tier, name, tuple(axes.items()), kind, latency and kind == "sampler", timeout, max_crashes)
 
 
-_PEERS = ("mrv2", "mrv2-pre50939", "fast", "torch-eager", "flashinfer", "flashinfer-kernel")
+_PEERS = ("mrv2", "mrv2-pre50939", "fast", "torch-eager", "flashinfer", "flashinfer-kernel", "express")
 _DENSITIES = (0.0, 0.25, 0.5, 0.75, 1.0)
 # mrv2-vllm: mrv2 without its one deliberate difference (NaN logits as -inf), vLLM's 4 warps
 _RELEASE_SUBJECTS = (*OURS, "mrv2-vllm", *(f"vllm=={r}" for r in MRV2_RELEASES))

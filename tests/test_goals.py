@@ -147,3 +147,31 @@ def test_cli_prints_the_report(tmp_path, monkeypatch, capsys):
     assert "specsample goals: no results for commit feed" in capsys.readouterr().err
     assert cli.main(["goals", "c1b5b1c", "--results", str(tmp_path / "none")]) == 2
     assert "no results directory" in capsys.readouterr().err
+
+
+def test_speedup_against_another_subject_pairs_the_points_both_ran():
+    """``"against"``: the other subject's latency over ours at the same point (sweep and axes)."""
+    rows = []
+    for sweep, point, ours, theirs in (
+        ("Shape", dict(num_reqs=1), 24.0, 18.0),  # 0.75x: slower than the release
+        ("Shape", dict(num_reqs=128), 100.0, 200.0),  # 2x
+        ("Density", dict(placeholder_density=0.5), 50.0, 150.0),  # 3x
+    ):
+        for subject, value in (("express", ours), ("vllm==0.33.0", theirs)):
+            row = dict(BASE, mode="standard", placeholder_density=0.0)
+            row.update(point, metric="track_latency_us", sweep=sweep, subject=subject, value=value)
+            rows.append(row)
+    rows.append(dict(rows[0], subject="express", num_reqs=8, value=10.0))  # no release beside it: left out
+    frame = pd.DataFrame(rows).assign(status="ok")
+    spec = json.loads((goals.default_goals_path().parent / "goals_express.json").read_text())
+    spec["goals"] = [g for g in spec["goals"] if g["kind"] == "speedup"]
+    text = goals.report(frame, spec)
+    geomean = (0.75 * 2 * 3) ** (1 / 3)
+    assert f"3 points: geomean {geomean:.3f}x (goal >= 1.5), slowest 0.750x (goal >= 1): not met (1 of 2)" in text
+    assert "   Shape        geomean 1.225x" in text and "   Density      geomean 3.000x" in text
+    assert "slow: sweep=Shape mode=standard draft=logits R=1 " in text
+
+
+def test_the_express_goals_file_loads():
+    spec = goals.load_goals(goals.default_goals_path().parent / "goals_express.json")
+    assert spec["subject"] == "express" and [g["name"] for g in spec["goals"]] == ["1", "2", "3", "4", "5"]

@@ -17,9 +17,11 @@ value, or ``{"at_least": x}``, ``{"at_most": x}``, ``{"in": [...]}``), to which
 ``value``
     Per group, each of ``subjects``' value; the goal is on the subject's value in every group.
 ``speedup``
-    The subject's ``1 / value`` of a ratio-to-baseline metric over every selected point:
-    geometric mean (goal ``geomean``), slowest point (goal ``slowest``), the geometric mean per
-    ``by`` column value and the ``slowest`` N points, described by the ``describe`` columns.
+    The subject's ``1 / value`` of a ratio-to-baseline metric over every selected point, or,
+    with ``"against": OTHER``, OTHER's value over the subject's of a latency metric at every
+    point both were measured at (e.g. the newest vLLM release over ours): geometric mean (goal
+    ``geomean``), slowest point (goal ``slowest``), the geometric mean per ``by`` column value
+    and the ``slowest`` N points, described by the ``describe`` columns.
 ``subject_ratio``
     Per group, each of ``ratios``' subjects' value over the subject's; the goal is on the
     ``ratio`` it names, in the groups whose rows match the goal's own ``where``.
@@ -223,7 +225,10 @@ def _value(df: pd.DataFrame, goal: dict, spec: dict) -> list[str]:
 def _speedup(df: pd.DataFrame, goal: dict, spec: dict) -> list[str]:
     subject = spec["subject"]
     rows = _rows(df, goal, spec)
-    rows = rows[rows["subject"] == subject]
+    if "against" in goal:
+        rows = _against(rows, subject, goal["against"])
+    else:
+        rows = rows[rows["subject"] == subject]
     geomean_op, geomean_ok = _bound(goal["goal"]["geomean"])
     slowest_op, slowest_ok = _bound(goal["goal"]["slowest"])
     if rows.empty:
@@ -243,6 +248,18 @@ def _speedup(df: pd.DataFrame, goal: dict, spec: dict) -> list[str]:
         where = " ".join(f"{SYMBOLS.get(c, c)}={row[c]}" for c in goal["describe"])
         lines.append(f"   slow: {where} -> {row['speedup']:.3f}x")
     return lines
+
+
+def _against(rows: pd.DataFrame, subject: str, other: str) -> pd.DataFrame:
+    """``subject``'s rows with ``value`` = its latency over ``other``'s at the same point (the
+    sweep and every axis but the subject), so that ``1 / value`` is the speedup over ``other``."""
+    from ..track.results import PARAM_COLUMNS
+
+    key = ["sweep", *(c for c in PARAM_COLUMNS if c in rows and c != "subject")]
+    theirs = rows[rows["subject"] == other].groupby(key, dropna=False)["value"].median().rename("other")
+    ours = rows[rows["subject"] == subject]
+    joined = ours.join(theirs, on=key, how="inner")
+    return joined.assign(value=joined["value"] / joined["other"]).drop(columns="other")
 
 
 def _subject_ratio(df: pd.DataFrame, goal: dict, spec: dict) -> list[str]:
