@@ -342,7 +342,14 @@ def test_releases_page_loads_its_figures_and_tables(browser, synthetic_site):
     _assert_site_loaded(check, synthetic_site, "http:", page_name=RELEASES_CHECK_PAGE, panel=False)
     assert "vLLM releases" in check["title"]
     sections = check["sections"]
-    for section in ("placeholder-drop", "newest-release", "release-outcomes", "release-regressions", "provenance"):
+    for section in (
+        "placeholder-drop",
+        "newest-release",
+        "fidelity",
+        "release-outcomes",
+        "release-regressions",
+        "provenance",
+    ):
         assert section in sections, sorted(sections)
     for section in ("placeholder-drop", "newest-release", "release-outcomes", "release-regressions"):
         assert sections[section]["rows"] > 1, (section, sections[section])
