@@ -509,10 +509,10 @@ def _fidelity_context(table: pd.DataFrame) -> dict:
                     r["points"],
                     f"{r['geomean']:.3f}",
                     f"{r['min']:.3f} … {r['max']:.3f}",
-                    f"{r['within']} of {r['points']}",
+                    {"text": f"{r['within']} of {r['points']}", "tone": "" if within else "regression"},
                     r["worst"],
                 ],
-                "tone": "" if within else "regression",
+                "tone": "",
             }
         )
     caption = (
