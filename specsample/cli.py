@@ -667,11 +667,12 @@ def cmd_tune(args: argparse.Namespace) -> int:
     from .devtools import tune
 
     try:
-        opts = tune.options(args.workload, args.candidate, args.stages, args.before)
+        opts = tune.options(args.workload, args.candidate, args.stages, args.before, args.sampler)
     except ValueError as exc:
         raise UsageError(f"specsample tune: {exc}") from None
     _require_gpu("specsample tune")
-    tune.run(opts, Path(args.out), log=lambda line: print(line, flush=True))
+    out = args.out or f"tune-{opts.sampler}.json"
+    tune.run(opts, Path(out), log=lambda line: print(line, flush=True))
     return 0
 
 
@@ -923,12 +924,21 @@ def build_parser() -> argparse.ArgumentParser:
 
     t = sub.add_parser(
         "tune",
-        help="time fast's candidate configurations beside mrv2: whole calls and kernels (GPU)",
+        help="time fast's (or express's) candidate configurations beside mrv2: whole calls and kernels (GPU)",
         formatter_class=_Formatter,
-        description="Time fast's configurations (large, small, tiny and any --candidate) and mrv2 on each "
-        "workload, whole calls and kernels alone, interleaved, cold L2 (specsample.devtools.tune).",
+        description="Time a sampler's configurations (fast: large, small, tiny; express: large, small; and any "
+        "--candidate) and mrv2 on each workload, whole calls and kernels alone, interleaved, cold L2 "
+        "(specsample.devtools.tune).",
     )
-    t.add_argument("--out", default="tune-fast.json", help="JSON of every median, rewritten after each workload")
+    t.add_argument(
+        "--sampler",
+        default="fast",
+        choices=["fast", "express"],
+        help="whose Pipeline the candidates configure (fast.Config or express.Config)",
+    )
+    t.add_argument(
+        "--out", default=None, help="JSON of every median, rewritten after each workload; None: tune-SAMPLER.json"
+    )
     t.add_argument(
         "--workload",
         action="append",
@@ -940,8 +950,9 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="NAME=BASE:FIELD=VALUE,...",
-        help="an extra candidate: BASE (large, small or tiny) with those fast.Config fields replaced, "
-        "e.g. w8=large:stats_warps=8 (repeatable)",
+        help="an extra candidate: BASE (fast: large, small or tiny; express: large or small) with those "
+        "Config fields replaced, e.g. w8=large:stats_warps=8, or with --sampler express "
+        "r2=small:resample_blocks=2 (repeatable)",
     )
     t.add_argument(
         "--stages",
@@ -952,8 +963,9 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument(
         "--before",
         metavar="MODULE",
-        help="an earlier fast.py, importable as this module, timed in its own defaults as 'before' (e.g. "
-        "specsample.kernels._fast_before from `git show REF:specsample/kernels/fast.py`)",
+        help="an earlier fast.py (or express.py with --sampler express), importable as this module, timed in "
+        "its own defaults as 'before' (e.g. specsample.kernels._fast_before from "
+        "`git show REF:specsample/kernels/fast.py`)",
     )
     t.set_defaults(func=cmd_tune)
 

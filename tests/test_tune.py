@@ -6,7 +6,7 @@ import pytest
 
 from specsample import cli
 from specsample.devtools import tune
-from specsample.kernels import fast
+from specsample.kernels import express, fast
 
 
 def test_candidate_replaces_fields_of_its_base():
@@ -48,6 +48,26 @@ def test_options_collect_candidates_stages_and_workloads():
     assert default.stage_candidates == tune.DEFAULT_STAGE_CANDIDATES
 
 
+def test_express_candidates_are_express_configs():
+    opts = tune.options(
+        ["R1-standard-phi0", "R8-standard-phi0"],
+        ["r2=small:resample_blocks=2", "w8=large:stats_warps=8,resample_warps=8"],
+        "small,r2",
+        None,
+        "express",
+    )
+    assert opts.sampler == "express" and opts.module is express
+    assert list(opts.candidates) == ["large", "small", "r2", "w8"]
+    assert opts.candidates["large"] == express.LARGE_BATCH_CONFIG
+    assert opts.candidates["small"] == express.SMALL_BATCH_CONFIG
+    assert opts.candidates["r2"] == express.Config(**{**vars(express.SMALL_BATCH_CONFIG), "resample_blocks": 2})
+    assert opts.candidates["w8"].resample_warps == 8 and opts.candidates["w8"].stats_warps == 8
+    assert not opts.candidates["w8"].fused_insert
+    assert opts.stage_candidates == ("small", "r2")
+    # fast stays the default sampler, and its bases are not express's
+    assert tune.options().sampler == "fast" and tune.options().module is fast
+
+
 def test_before_imports_an_earlier_fast_module():
     assert tune.options(before="specsample.kernels.fast").before is fast
 
@@ -62,6 +82,10 @@ def test_before_imports_an_earlier_fast_module():
         (dict(stages="large,w9"), "--stages: unknown candidates ['w9']"),
         (dict(before="specsample.kernels.no_such_module"), "--before specsample.kernels.no_such_module"),
         (dict(before="specsample.schema"), "has no Pipeline"),
+        (dict(sampler="mrv2"), "--sampler: expected one of ['express', 'fast']"),
+        (dict(candidates=["t=tiny"], sampler="express"), "base must be one of ['large', 'small']"),
+        (dict(candidates=["t=small:fast_log=false"], sampler="express"), "unknown Config fields ['fast_log']"),
+        (dict(candidates=["t=small:resample_blocks=2"]), "unknown Config fields ['resample_blocks']"),
     ],
 )
 def test_bad_options_say_which(kwargs, message):
@@ -77,5 +101,11 @@ def test_cli_refuses_bad_options_before_it_needs_a_gpu(capsys, monkeypatch, tmp_
     # good options and no GPU: refused, nothing written
     monkeypatch.setattr("specsample.machine.cuda_unavailable", lambda: "no GPU (test)")
     assert cli.main(["tune", "--candidate", "w8=large:stats_warps=8", "--stages", "w8"]) == 2
+    assert "specsample tune times kernels on a GPU" in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())
+    # express: its candidates are checked before the GPU too
+    assert cli.main(["tune", "--sampler", "express", "--candidate", "r2=tiny:resample_blocks=2"]) == 2
+    assert "base must be one of ['large', 'small']" in capsys.readouterr().err
+    assert cli.main(["tune", "--sampler", "express", "--candidate", "r2=small:resample_blocks=2"]) == 2
     assert "specsample tune times kernels on a GPU" in capsys.readouterr().err
     assert not list(tmp_path.iterdir())

@@ -1,19 +1,23 @@
-"""``specsample tune``: the fast sampler's candidate configurations, timed on a GPU beside mrv2.
+"""``specsample tune``: a sampler's candidate configurations, timed on a GPU beside mrv2.
 
-For each workload it builds one :class:`specsample.kernels.fast.Pipeline` per candidate
-:class:`~specsample.kernels.fast.Config` (and mrv2's pipeline as the reference), runs each once
+The sampler is ``fast`` (the default) or ``express`` (``--sampler express``). For each workload
+it builds one ``Pipeline`` of that sampler per candidate ``Config``
+(:class:`specsample.kernels.fast.Config` or :class:`specsample.kernels.express.Config`; and
+mrv2's pipeline as the reference), runs each once
 (so every stage finds its intermediates), then times, all interleaved in one measurement (cold
 L2, CUDA-graph replay; :mod:`specsample.timing`): the whole call of every candidate, and each
 kernel alone for mrv2 and the candidates named by ``--stages`` (on pipelines of their own,
 :func:`specsample.measure.stage_calls`: a stage timed on a pipeline that already ran insert
 would read tau + 1). It prints one line per workload and writes every median to JSON. This is
-how ``fast.default_config`` is chosen (by hand, from these numbers); the runs and what was
-decided from them are recorded in ``notes/performance.md``.
+how ``fast.default_config`` (and express's) is chosen (by hand, from these numbers); the runs and
+what was decided from them are recorded in ``notes/performance.md``.
 
-Candidates beyond ``large``, ``small`` and ``tiny`` (fast's three configurations) are a named
-copy of one of them with some fields replaced: ``--candidate w8=large:stats_warps=8``
-(``NAME=BASE:FIELD=VALUE,...``). ``--before MODULE`` also times an earlier fast module in its
-own default configuration, under the name ``before``.
+The sampler's own configurations are always timed: fast's ``large``, ``small`` and ``tiny``, or
+express's ``large`` and ``small``. Other candidates are a named copy of one of them with some
+fields replaced: ``--candidate w8=large:stats_warps=8``, or with ``--sampler express``
+``--candidate r2=small:resample_blocks=2`` (``NAME=BASE:FIELD=VALUE,...``).
+``--before MODULE`` also times an earlier module of the same sampler in its own default
+configuration, under the name ``before``.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ from types import ModuleType
 
 import torch
 
-from ..kernels import fast, mrv2
+from ..kernels import express, fast, mrv2
 from ..measure import input_copies, stage_calls
 from ..timing import TimingConfig, measure_interleaved
 from ..workloads import Workload
@@ -62,6 +66,13 @@ WORKLOADS = {
 
 # fast's own configurations: always timed, and the bases of --candidate.
 BASE_CANDIDATES = {"large": fast.LARGE_BATCH_CONFIG, "small": fast.SMALL_BATCH_CONFIG, "tiny": fast.TINY_BATCH_CONFIG}
+# express's own configurations (--sampler express): the same roles.
+EXPRESS_BASE_CANDIDATES = {"large": express.LARGE_BATCH_CONFIG, "small": express.SMALL_BATCH_CONFIG}
+# --sampler: the kernel module (its Pipeline takes config=) and its base candidates
+SAMPLERS: dict[str, tuple[ModuleType, dict]] = {
+    "fast": (fast, BASE_CANDIDATES),
+    "express": (express, EXPRESS_BASE_CANDIDATES),
+}
 # Names that are not candidates: the reference and the --before module.
 RESERVED = ("mrv2", "before")
 # Candidates whose kernels are also timed alone unless --stages says otherwise ("before" when given).
@@ -74,13 +85,19 @@ class Options:
     """What one ``specsample tune`` run measures."""
 
     workloads: tuple[str, ...] = tuple(WORKLOADS)
-    candidates: dict[str, fast.Config] = dataclasses.field(default_factory=lambda: dict(BASE_CANDIDATES))
+    candidates: dict = dataclasses.field(default_factory=lambda: dict(BASE_CANDIDATES))  # name -> Config
     stage_candidates: tuple[str, ...] = DEFAULT_STAGE_CANDIDATES
-    before: ModuleType | None = None  # an earlier fast module: its Pipeline in its own defaults
+    before: ModuleType | None = None  # an earlier module of the sampler: its Pipeline in its own defaults
+    sampler: str = "fast"  # a key of SAMPLERS: whose Pipeline the candidates configure
+
+    @property
+    def module(self) -> ModuleType:
+        return SAMPLERS[self.sampler][0]
 
 
-def parse_candidate(text: str, bases: dict[str, fast.Config] = BASE_CANDIDATES) -> tuple[str, fast.Config]:
-    """``NAME=BASE:FIELD=VALUE,...`` -> (NAME, BASE's config with those fields replaced).
+def parse_candidate(text: str, bases: dict = BASE_CANDIDATES) -> tuple[str, object]:
+    """``NAME=BASE:FIELD=VALUE,...`` -> (NAME, BASE's config with those fields replaced);
+    ``bases`` are the sampler's configurations (fast's by default, or EXPRESS_BASE_CANDIDATES).
 
     ``ValueError`` says what is wrong: the form, an unknown base or field, a bad value."""
     try:
@@ -112,17 +129,22 @@ def options(
     candidates: Sequence[str] = (),
     stages: str | None = None,
     before: str | None = None,
+    sampler: str = "fast",
 ) -> Options:
     """The command line's options, checked: ``ValueError`` names the one that is wrong.
 
-    ``candidates`` are ``--candidate`` texts (:func:`parse_candidate`), ``stages`` the
-    comma-separated ``--stages``, ``before`` a module name to import (``--before``)."""
+    ``candidates`` are ``--candidate`` texts (:func:`parse_candidate`, on ``sampler``'s
+    configurations), ``stages`` the comma-separated ``--stages``, ``before`` a module name to
+    import (``--before``), ``sampler`` a key of :data:`SAMPLERS` (``--sampler``)."""
+    if sampler not in SAMPLERS:
+        raise ValueError(f"--sampler: expected one of {sorted(SAMPLERS)}, got {sampler!r}")
     unknown = sorted(set(workloads or ()) - set(WORKLOADS))
     if unknown:
         raise ValueError(f"--workload: unknown {unknown}; known: {', '.join(WORKLOADS)}")
-    chosen = dict(BASE_CANDIDATES)
+    bases = SAMPLERS[sampler][1]
+    chosen = dict(bases)
     for text in candidates:
-        name, config = parse_candidate(text)
+        name, config = parse_candidate(text, bases)
         if name in chosen or name in RESERVED:
             raise ValueError(f"--candidate {name}: the name is taken")
         chosen[name] = config
@@ -140,7 +162,7 @@ def options(
             raise ValueError(f"--before {before}: {exc}") from None
         if not hasattr(module, "Pipeline"):
             raise ValueError(f"--before {before}: the module has no Pipeline")
-    return Options(tuple(workloads or WORKLOADS), chosen, stage_candidates, module)
+    return Options(tuple(workloads or WORKLOADS), chosen, stage_candidates, module, sampler)
 
 
 def tune_workload(name: str, w: Workload, opts: Options, log: Callable[[str], None] = print) -> dict[str, float]:
@@ -148,7 +170,7 @@ def tune_workload(name: str, w: Workload, opts: Options, log: Callable[[str], No
     stage candidates), all interleaved in one measurement."""
     copies = input_copies(w, "cold")
     factories = {"mrv2": mrv2.Pipeline}
-    factories.update({k: functools.partial(fast.Pipeline, config=c) for k, c in opts.candidates.items()})
+    factories.update({k: functools.partial(opts.module.Pipeline, config=c) for k, c in opts.candidates.items()})
     if opts.before is not None:
         factories["before"] = opts.before.Pipeline  # its own default_config
     ops = {}
@@ -183,6 +205,7 @@ def run(opts: Options, out: Path, log: Callable[[str], None] = print) -> dict:
     keeps what it measured). Needs a CUDA GPU."""
     results = {
         "device": torch.cuda.get_device_name(),
+        "sampler": opts.sampler,
         "unit": "us per call, median, cold L2",
         "candidates": {k: dataclasses.asdict(v) for k, v in opts.candidates.items()},
         "workloads": {},
