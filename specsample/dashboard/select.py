@@ -378,17 +378,15 @@ def placeholder_change(rows: pd.DataFrame) -> pd.DataFrame:
 
 def placeholder_ratio_change(change: pd.DataFrame) -> pd.DataFrame:
     """From :func:`placeholder_change`: per mode, draft and pattern, the placeholder-heavy
-    (phi=1) to no-placeholder (phi=0) latency ratio before and after, and the change at each
-    end: ``phi1_over_phi0_before``, ``phi1_over_phi0_after``, ``change_phi0``, ``change_phi1``."""
+    (phi=1) to no-placeholder (phi=0) latency ratio before and after:
+    ``phi1_over_phi0_before``, ``phi1_over_phi0_after`` (the change at each density is
+    :func:`placeholder_change`'s ``ratio``)."""
     columns = [
         "mode",
         "draft",
         "placeholder_pattern",
         "before",
         "after",
-        "change_phi0",
-        "change_phi1",
-        "beyond_noise_phi1",
         "phi1_over_phi0_before",
         "phi1_over_phi0_after",
     ]
@@ -397,20 +395,16 @@ def placeholder_ratio_change(change: pd.DataFrame) -> pd.DataFrame:
     key = ["mode", "draft", "placeholder_pattern"]
     ends = change[change["placeholder_density"].isin([0.0, PLACEHOLDER_HEAVY])]
     wide = ends.pivot_table(
-        index=key, columns="placeholder_density", values=["latency_before", "latency_after", "ratio"], aggfunc="first"
+        index=key, columns="placeholder_density", values=["latency_before", "latency_after"], aggfunc="first"
     )
-    if (0.0 not in wide["ratio"]) or (PLACEHOLDER_HEAVY not in wide["ratio"]):
+    if (0.0 not in wide["latency_before"]) or (PLACEHOLDER_HEAVY not in wide["latency_before"]):
         return pd.DataFrame(columns=columns)
     out = pd.DataFrame(
         {
-            "change_phi0": wide["ratio"][0.0] - 1,
-            "change_phi1": wide["ratio"][PLACEHOLDER_HEAVY] - 1,
             "phi1_over_phi0_before": wide["latency_before"][PLACEHOLDER_HEAVY] / wide["latency_before"][0.0],
             "phi1_over_phi0_after": wide["latency_after"][PLACEHOLDER_HEAVY] / wide["latency_after"][0.0],
         }
     ).reset_index()
-    heavy = ends[ends["placeholder_density"] == PLACEHOLDER_HEAVY].set_index(key)["beyond_noise"]
-    out["beyond_noise_phi1"] = out.set_index(key).index.map(heavy).astype(bool)
     out["before"], out["after"] = change["before"].iloc[0], change["after"].iloc[0]
     order = {m: i for i, m in enumerate(dict(CATEGORY_ORDER)["mode"])}
     out = out.assign(_m=out["mode"].map(order)).sort_values(["_m", "draft", "placeholder_pattern"])
