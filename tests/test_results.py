@@ -405,3 +405,20 @@ def test_importing_loads_no_torch_and_no_triton(module):
     code = f"import sys, {module}; print(sorted(m for m in ('torch', 'triton') if m in sys.modules))"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     assert done.stdout.strip() == "[]", done.stdout + done.stderr
+
+
+def test_point_ratio_pairs_the_points_both_subjects_ran():
+    """Median where a point has several rows; a NaN axis (a sampler row's stage) still pairs;
+    a point one subject lacks is left out."""
+    rows = pd.DataFrame(
+        [
+            {"subject": "a", "num_reqs": 1, "stage": None, "value": 2.0},
+            {"subject": "a", "num_reqs": 1, "stage": None, "value": 4.0},
+            {"subject": "b", "num_reqs": 1, "stage": None, "value": 1.5},
+            {"subject": "a", "num_reqs": 8, "stage": None, "value": 9.0},
+            {"subject": "b", "num_reqs": 32, "stage": None, "value": 1.0},
+        ]
+    )
+    ratio = results.point_ratio(rows, "a", "b", ["num_reqs", "stage"])
+    assert len(ratio) == 1 and ratio.iloc[0] == pytest.approx(2.0)
+    assert ratio.index[0][0] == 1

@@ -14,7 +14,7 @@ import pandas as pd
 from ..schema import BASE_POINT, BASELINE_SUBJECT, SEMANTICS, STATUSES, release_key
 from ..track import changepoints
 from ..track.changepoints import point_label
-from ..track.results import ENV_COLUMNS, PARAM_COLUMNS, commit_order
+from ..track.results import ENV_COLUMNS, PARAM_COLUMNS, commit_order, point_ratio
 from ..track.signoff.stats import TIME_UNITS
 from .specs import (
     CATEGORY_ORDER,
@@ -431,10 +431,8 @@ def replica_fidelity(df: pd.DataFrame, release: str, subjects=FIDELITY_SUBJECTS)
         for sweep, rows in at.groupby("sweep", sort=False):
             metric = next((m for m in FIDELITY_METRICS if m in set(rows["metric"])), None)
             rows = rows[rows["metric"] == metric]
-            base = rows[rows["subject"] == release].groupby(key, dropna=False)["value"].median()
             for subject in subjects:
-                ours = rows[rows["subject"] == subject].groupby(key, dropna=False)["value"].median()
-                ratio = (ours / base).dropna()
+                ratio = point_ratio(rows, subject, release, key)
                 if ratio.empty:
                     continue
                 at = int(np.argmax(np.abs(ratio.to_numpy() - 1)))  # positional: the key holds NaN (stage)
@@ -468,14 +466,11 @@ def newest_release_vs_ours(rows: pd.DataFrame, subjects=(BASELINE_SUBJECT, FASTE
     newest = releases[-1]
     timed = rows[(rows["metric"] == metric) & (rows["status"] == "ok")]
     key = ["sweep", *(a for a in PARAM_COLUMNS if a in timed and a != "subject")]
-    release = timed[timed["release"] == newest].set_index(key)["value"].rename("release_value")
     frames = []
     for subject in subjects:
-        ours = timed[timed["subject"] == subject].set_index(key)["value"]
-        joined = pd.concat([release, ours.rename("ours")], axis=1, join="inner")
-        if joined.empty:
-            continue
-        frames.append((subject, (joined["release_value"] / joined["ours"]).rename(subject)))
+        ratio = point_ratio(timed, f"vllm=={newest}", subject, key)
+        if not ratio.empty:
+            frames.append((subject, ratio.rename(subject)))
     if not frames:
         return pd.DataFrame()
     ratios = pd.concat([r for _, r in frames], axis=1).reset_index()

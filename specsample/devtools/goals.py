@@ -251,15 +251,12 @@ def _speedup(df: pd.DataFrame, goal: dict, spec: dict) -> list[str]:
 
 
 def _against(rows: pd.DataFrame, subject: str, other: str) -> pd.DataFrame:
-    """``subject``'s rows with ``value`` = its latency over ``other``'s at the same point (the
-    sweep and every axis but the subject), so that ``1 / value`` is the speedup over ``other``."""
-    from ..track.results import PARAM_COLUMNS
+    """One row per point both ran (the sweep and every axis but the subject), ``value`` =
+    ``subject``'s latency over ``other``'s, so that ``1 / value`` is the speedup over ``other``."""
+    from ..track.results import PARAM_COLUMNS, point_ratio
 
     key = ["sweep", *(c for c in PARAM_COLUMNS if c in rows and c != "subject")]
-    theirs = rows[rows["subject"] == other].groupby(key, dropna=False)["value"].median().rename("other")
-    ours = rows[rows["subject"] == subject]
-    joined = ours.join(theirs, on=key, how="inner")
-    return joined.assign(value=joined["value"] / joined["other"]).drop(columns="other")
+    return point_ratio(rows, subject, other, key).rename("value").reset_index()
 
 
 def _subject_ratio(df: pd.DataFrame, goal: dict, spec: dict) -> list[str]:

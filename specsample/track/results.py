@@ -195,6 +195,17 @@ def commit_order(df: pd.DataFrame) -> pd.DataFrame:
     return commits
 
 
+def point_ratio(rows: pd.DataFrame, numerator: str, denominator: str, key: list[str]) -> pd.Series:
+    """``numerator``'s value over ``denominator``'s (two subjects) at every point of ``key`` (the
+    sweep and axes, less the subject) where both have a row; the median where a point has
+    several. Indexed by ``key``, NaN axes (a sampler row's stage) kept."""
+
+    def side(subject: str) -> pd.Series:
+        return rows[rows["subject"] == subject].groupby(key, dropna=False)["value"].median()
+
+    return (side(numerator) / side(denominator)).dropna()
+
+
 def latest_commit(df: pd.DataFrame, machine: str) -> str | None:
     """The newest commit (by date) with results on ``machine``, or None if it has none."""
     order = commit_order(df)
