@@ -427,15 +427,15 @@ def replica_fidelity(df: pd.DataFrame, release: str, subjects=FIDELITY_SUBJECTS)
     for tier, part in measured.groupby("tier", sort=False):
         order = commit_order(part)
         commit = str(order["commit"].iloc[-1])
-        at = timed[(timed["tier"] == tier) & (timed["commit"] == commit)]
-        for sweep, rows in at.groupby("sweep", sort=False):
+        run = timed[(timed["tier"] == tier) & (timed["commit"] == commit)]
+        for sweep, rows in run.groupby("sweep", sort=False):
             metric = next((m for m in FIDELITY_METRICS if m in set(rows["metric"])), None)
             rows = rows[rows["metric"] == metric]
             for subject in subjects:
                 ratio = point_ratio(rows, subject, release, key)
                 if ratio.empty:
                     continue
-                at = int(np.argmax(np.abs(ratio.to_numpy() - 1)))  # positional: the key holds NaN (stage)
+                furthest = int(np.argmax(np.abs(ratio.to_numpy() - 1)))  # positional: the key holds NaN (stage)
                 out.append(
                     {
                         "tier": tier,
@@ -448,7 +448,7 @@ def replica_fidelity(df: pd.DataFrame, release: str, subjects=FIDELITY_SUBJECTS)
                         "min": ratio.min(),
                         "max": ratio.max(),
                         "within": int(((ratio - 1).abs() <= FIDELITY_TOLERANCE).sum()),
-                        "worst": f"{point_label(dict(zip(key, ratio.index[at])))}: {ratio.iloc[at]:.3f}",
+                        "worst": f"{point_label(dict(zip(key, ratio.index[furthest])))}: {ratio.iloc[furthest]:.3f}",
                     }
                 )
     return pd.DataFrame(out, columns=columns)
