@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # The GPU box's checks of a kernel change, each timed: every test that runs kernels on the GPU
 # (pytest -m gpu, in parallel worker processes that share Triton's disk cache, so each kernel
-# specialization compiles once), then compute-sanitizer memcheck (scripts/memcheck.sh).
+# specialization compiles once), the large_memory ones (inputs past 2**31 elements, tens of GiB
+# each) one at a time after them, then compute-sanitizer memcheck (scripts/memcheck.sh).
 # From the repository root, after `source scripts/gpu-env.sh`.
 # Usage: scripts/gpu-check.sh [WORKERS]   (default 8; pytest-xdist must be installed)
 set -u
 workers=${1:-8}
 status=0
 start=$SECONDS
-python3 -m pytest -m gpu -q -p no:cacheprovider -n "$workers" --dist load -rf tests || status=1
+python3 -m pytest -m "gpu and not large_memory" -q -p no:cacheprovider -n "$workers" -rf --durations=10 tests || status=1
+python3 -m pytest -m "gpu and large_memory" -q -p no:cacheprovider -rf tests || status=1
 echo "gpu-check: GPU tests $((SECONDS - start)) s with $workers workers"
 start=$SECONDS
 bash scripts/memcheck.sh || status=1

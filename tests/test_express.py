@@ -37,7 +37,7 @@ import torch
 import triton
 import triton.language as tl
 from batches import emitted, first_placeholder, split_requests, trial_batch, truncate_at_placeholders
-from conftest import LaunchTripwire, gpu
+from conftest import LaunchTripwire, gpu, on_gpu_box
 from hypothesis import given, note, settings
 from hypothesis import strategies as st
 from stats import FALSE_FAILURE, assert_follows
@@ -813,7 +813,7 @@ def test_block_placeholder_truncates_block_law(device, sampler, draft, num_place
 
 
 @pytest.mark.slow
-@gpu  # not a GPU test: a long CPU one, run on the GPU box's 16 cores rather than in CPU CI
+@on_gpu_box  # a long CPU test (no kernel): not in CPU CI, nor in `pytest -m gpu`
 @pytest.mark.parametrize("draft", ["logits", "one-hot"])
 def test_reference_marginals_large(draft):
     """The reference at 16,384 trials (one to two minutes each on a CPU core), standard and block."""
@@ -917,6 +917,7 @@ def test_production_vocab_matches_reference(mode, draft):
 
 
 @gpu
+@pytest.mark.large_memory  # 2**31-element inputs: scripts/gpu-check.sh runs these one at a time
 @pytest.mark.parametrize("mode", ["greedy", "standard", "block"])
 def test_large_index_matches_reference(mode):
     """N * V > 2**31 (V = 262144, N = 8200 rows): int64 offsets; the reference runs the last 40
