@@ -101,6 +101,9 @@ OUR_SUBJECTS = (
 
 # The subject every ratio is taken against.
 BASELINE_SUBJECT = "mrv2"
+# The metric whose value is a ratio to BASELINE_SUBJECT: derived from two subjects' latencies
+# (the baseline's own is 1 by definition).
+RATIO_METRIC = "track_ratio_to_mrv2"
 
 
 @dataclass(frozen=True)

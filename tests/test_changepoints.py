@@ -11,6 +11,7 @@ import pytest
 import synthetic_results as sr
 
 from specsample.cli import build_parser, main
+from specsample.schema import RATIO_METRIC
 from specsample.track import changepoints as cp
 from specsample.track.results import load_results, to_frame
 
@@ -115,6 +116,21 @@ def test_the_absolute_floor_applies_to_metrics_derived_from_the_latency():
     assert cp.detect(points).empty
     newest = cp.newest_vs_previous(points)
     assert (newest["threshold"] > 0.12).all()  # 1 us of an 8 us point
+
+
+def test_a_ratio_to_mrv2_is_not_a_series_of_its_own():
+    # mrv2 gets 10% faster, fast does not change: fast's ratio to mrv2 rises by 11%, which is
+    # mrv2's change (found in mrv2's own series), not a regression of fast
+    rows = _series([L] * 6 + [0.9 * L] * 6, subject="mrv2")
+    rows += _series([0.7 * L] * 12, subject="fast", seed=1)
+    ratio = _series([0.7 * L] * 12, subject="fast", metric=RATIO_METRIC, seed=2)
+    for c, row in enumerate(ratio):
+        row["value"] = 0.7 if c < 6 else 0.7 / 0.9
+    frame = to_frame(rows + ratio)
+    changes = cp.detect(frame)
+    assert list(changes["subject"]) == ["mrv2"] and list(changes["direction"]) == ["improvement"]
+    newest = cp.newest_vs_previous(frame)
+    assert not newest.empty and RATIO_METRIC not in set(newest["metric"])
 
 
 def test_noise_from_the_stored_quartiles_raises_the_threshold():

@@ -11,7 +11,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from ..schema import BASE_POINT, BASELINE_SUBJECT, SEMANTICS, STATUSES, release_key
+from ..schema import BASE_POINT, BASELINE_SUBJECT, RATIO_METRIC, SEMANTICS, STATUSES, release_key
 from ..track import changepoints
 from ..track.changepoints import point_label
 from ..track.results import ENV_COLUMNS, PARAM_COLUMNS, commit_order, point_ratio
@@ -28,8 +28,6 @@ from .specs import (
     FigureSpec,
 )
 
-# The metric whose value is a ratio to BASELINE_SUBJECT: the baseline's own is 1 by definition.
-RATIO_METRIC = "track_ratio_to_mrv2"
 # Semantics outcomes counted beside the statuses ("crashed" is both: counted once, as a status).
 OUTCOME_SEMANTICS = tuple(s for s in SEMANTICS if s not in STATUSES)
 # A point is placeholder-heavy from this density on (the drop PR #50939 is about).

@@ -26,6 +26,13 @@ them), over this repository's commits in date order: did a commit change a subje
 releases (``vllm==X.Y.Z`` subjects) in version order, at the newest commit that measured them:
 which release changed the sampler's time?
 
+What is a series
+----------------
+Every metric but :data:`~specsample.schema.RATIO_METRIC`: a subject's ratio to ``mrv2`` is
+derived from two latencies that are series of their own, and it moves whenever ``mrv2`` does.
+Counted as a change of the subject, ``mrv2``'s own 5-10% gain (session 6's stats-kernel
+restructure) read as 29 "regressions" of every other subject at unchanged latency.
+
 Direction and noise
 -------------------
 Lower is better, except for the metrics in :data:`specsample.track.signoff.HIGHER_IS_BETTER`.
@@ -82,7 +89,7 @@ import numpy as np
 import pandas as pd
 from asv.step_detect import detect_regressions, detect_steps
 
-from ..schema import AXES, SYMBOLS, parse_subject, release_key
+from ..schema import AXES, RATIO_METRIC, SYMBOLS, parse_subject, release_key
 from .results import commit_order
 from .signoff.stats import (
     ASV_MIN_EFFECT,
@@ -361,7 +368,7 @@ def _series_points(frame: pd.DataFrame, dimension: str) -> pd.DataFrame:
     _check_dimension(dimension)
     if frame.empty:
         return pd.DataFrame()
-    ok = frame[(frame["status"] == "ok") & (frame["value"] > 0)]
+    ok = frame[(frame["status"] == "ok") & (frame["value"] > 0) & (frame["metric"] != RATIO_METRIC)]
     if dimension == "commits":
         order = commit_order(ok)
         ok = ok.merge(order[["machine", "commit", "position"]], on=["machine", "commit"])
