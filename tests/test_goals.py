@@ -172,6 +172,27 @@ def test_speedup_against_another_subject_pairs_the_points_both_ran():
     assert "slow: sweep=Shape mode=standard draft=logits R=1 " in text
 
 
+def test_speedup_against_the_fastest_release_takes_each_points_fastest():
+    """``"against": "fastest-release"``: at each point the fastest vllm==X.Y.Z subject there, so
+    a point where an older release beats the newest one counts against us."""
+    rows = []
+    for point, ours, releases in (
+        (dict(num_reqs=1), 24.0, {"vllm==0.30.0": 18.0, "vllm==0.33.0": 20.0}),  # 0.75x (0.30.0)
+        (dict(num_reqs=128), 100.0, {"vllm==0.30.0": 260.0, "vllm==0.33.0": 200.0}),  # 2x (0.33.0)
+    ):
+        for subject, value in (("express", ours), ("mrv2", 1.0), *releases.items()):  # mrv2: not a release
+            row = dict(BASE, mode="standard", placeholder_density=0.0)
+            row.update(point, metric="track_latency_us", sweep="Batch", subject=subject, value=value)
+            rows.append(row)
+    frame = pd.DataFrame(rows).assign(status="ok")
+    spec = json.loads((goals.default_goals_path().parent / "goals_express.json").read_text())
+    spec["goals"] = [g for g in spec["goals"] if g["name"] == "1b"]
+    text = goals.report(frame, spec)
+    geomean = (0.75 * 2) ** 0.5
+    assert f"2 points: geomean {geomean:.3f}x (goal >= 1.5), slowest 0.750x (goal >= 1): not met (0 of 2)" in text
+    assert "slow: sweep=Batch mode=standard draft=logits R=1 " in text
+
+
 def test_the_express_goals_file_loads():
     spec = goals.load_goals(goals.default_goals_path().parent / "goals_express.json")
-    assert spec["subject"] == "express" and [g["name"] for g in spec["goals"]] == ["1", "2", "3", "4", "5"]
+    assert spec["subject"] == "express" and [g["name"] for g in spec["goals"]] == ["1", "1b", "2", "3", "4", "5"]

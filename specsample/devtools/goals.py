@@ -19,7 +19,9 @@ value, or ``{"at_least": x}``, ``{"at_most": x}``, ``{"in": [...]}``), to which
 ``speedup``
     The subject's ``1 / value`` of a ratio-to-baseline metric over every selected point, or,
     with ``"against": OTHER``, OTHER's value over the subject's of a latency metric at every
-    point both were measured at (e.g. the newest vLLM release over ours): geometric mean (goal
+    point both were measured at (e.g. the newest vLLM release over ours; ``"fastest-release"``:
+    at each point, the fastest ``vllm==X.Y.Z`` subject measured there, so that "never slower
+    than any release" is one goal): geometric mean (goal
     ``geomean``), slowest point (goal ``slowest``), the geometric mean per ``by`` column value
     and the ``slowest`` N points, described by the ``describe`` columns.
 ``subject_ratio``
@@ -43,7 +45,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..schema import SYMBOLS
+from ..schema import SYMBOLS, parse_subject
 
 KINDS = ("point_ratio", "value", "speedup", "subject_ratio", "manual")
 # The fields each kind needs besides name, title and kind.
@@ -54,6 +56,10 @@ _REQUIRED = {
     "subject_ratio": ("metric", "group_by", "label", "ratios", "goal"),
     "manual": ("note",),
 }
+
+
+# ``"against"`` value of a speedup goal: at each point, the fastest vLLM release measured there.
+FASTEST_RELEASE = "fastest-release"
 
 
 class GoalsError(ValueError):
@@ -256,7 +262,18 @@ def _against(rows: pd.DataFrame, subject: str, other: str) -> pd.DataFrame:
     from ..track.results import PARAM_COLUMNS, point_ratio
 
     key = ["sweep", *(c for c in PARAM_COLUMNS if c in rows and c != "subject")]
+    if other == FASTEST_RELEASE:
+        releases = rows[rows["subject"].map(_is_release)]
+        fastest = releases.groupby(key, dropna=False)["value"].min().reset_index().assign(subject=other)
+        rows = pd.concat([rows[rows["subject"] == subject], fastest], ignore_index=True)
     return point_ratio(rows, subject, other, key).rename("value").reset_index()
+
+
+def _is_release(name: str) -> bool:
+    try:
+        return parse_subject(name).kind == "vllm-release"
+    except ValueError:
+        return False
 
 
 def _subject_ratio(df: pd.DataFrame, goal: dict, spec: dict) -> list[str]:
