@@ -60,3 +60,7 @@ def pytest_collection_modifyitems(config, items):
         needs_cuda = any(m.name == "skipif" and "CUDA" in str(m.kwargs.get("reason", "")) for m in item.iter_markers())
         if "device" in getattr(item, "fixturenames", ()) or needs_cuda:
             item.add_marker(pytest.mark.gpu)
+    if HAS_CUDA:
+        # Longest first, so that under `pytest -n` the slow statistical tests do not start last
+        # and set the run's length (the order pytest-xdist hands tests out in is this one).
+        items.sort(key=lambda item: item.get_closest_marker("slow") is None)

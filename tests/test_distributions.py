@@ -67,6 +67,10 @@ from stats import FALSE_FAILURE, _chi2_sf, assert_follows, chi2_threshold
 from specsample import reference, rejection_sample
 from specsample import rejection_sample_fast
 
+# Large statistical tests (on the GPU box, tens of thousands of trials each: 15-31 s for the
+# reference's cases there): conftest starts them first under `pytest -n`.
+pytestmark = pytest.mark.slow
+
 # "kernel" is mrv2 (specsample.rejection_sample); "fast" the fast variant, same laws.
 SAMPLERS = {"kernel": rejection_sample, "fast": rejection_sample_fast, "reference": reference.rejection_sample}
 SAMPLER_IDS = list(SAMPLERS)

@@ -143,6 +143,7 @@ def test_replica_block_verification_stops_at_placeholder(device):
 # ---- FlashInfer on the GPU ---------------------------------------------------------------------
 
 
+@pytest.mark.slow  # 120 s on the H200 (session 8): started first under pytest -n
 @gpu
 def test_flashinfer_first_token_follows_target():
     """FlashInfer's chain speculative sampling from our logits: the first emitted token of each
