@@ -152,6 +152,15 @@ def parse_subject(text: str) -> SubjectName:
     )
 
 
+def release_version(subject: object) -> str | None:
+    """``"0.27.1"`` for the subject ``"vllm==0.27.1"``; None for any other subject or name."""
+    try:
+        parsed = parse_subject(subject)
+    except ValueError:
+        return None
+    return parsed.version if parsed.kind == "vllm-release" else None
+
+
 def subject_sort_key(name: str) -> tuple:
     """Display order: ours first (in :data:`OUR_SUBJECTS` order), then vLLM releases by
     version, then refs and the installed vLLM."""

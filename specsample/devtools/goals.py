@@ -45,7 +45,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..schema import SYMBOLS, parse_subject
+from ..schema import SYMBOLS, release_version
 
 KINDS = ("point_ratio", "value", "speedup", "subject_ratio", "manual")
 # The fields each kind needs besides name, title and kind.
@@ -263,17 +263,10 @@ def _against(rows: pd.DataFrame, subject: str, other: str) -> pd.DataFrame:
 
     key = ["sweep", *(c for c in PARAM_COLUMNS if c in rows and c != "subject")]
     if other == FASTEST_RELEASE:
-        releases = rows[rows["subject"].map(_is_release)]
+        releases = rows[rows["subject"].map(release_version).notna()]
         fastest = releases.groupby(key, dropna=False)["value"].min().reset_index().assign(subject=other)
         rows = pd.concat([rows[rows["subject"] == subject], fastest], ignore_index=True)
     return point_ratio(rows, subject, other, key).rename("value").reset_index()
-
-
-def _is_release(name: str) -> bool:
-    try:
-        return parse_subject(name).kind == "vllm-release"
-    except ValueError:
-        return False
 
 
 def _subject_ratio(df: pd.DataFrame, goal: dict, spec: dict) -> list[str]:

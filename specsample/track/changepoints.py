@@ -89,7 +89,7 @@ import numpy as np
 import pandas as pd
 from asv.step_detect import detect_regressions, detect_steps
 
-from ..schema import AXES, RATIO_METRIC, SYMBOLS, parse_subject, release_key
+from ..schema import AXES, RATIO_METRIC, SYMBOLS, release_key, release_version
 from .results import commit_order
 from .signoff.stats import (
     ASV_MIN_EFFECT,
@@ -328,7 +328,7 @@ def release_rows(frame: pd.DataFrame) -> pd.DataFrame:
     there are none."""
     if frame.empty or "subject" not in frame:
         return frame.iloc[0:0].assign(release=pd.Series(dtype="str"))
-    releases = frame["subject"].map(_release_of)
+    releases = frame["subject"].map(release_version)
     rows = frame[releases.notna()].assign(release=releases[releases.notna()].astype("str"))
     if rows.empty:
         return rows
@@ -350,14 +350,6 @@ def release_order(releases) -> list[str]:
 def _check_dimension(dimension: str) -> None:
     if dimension not in DIMENSIONS:
         raise ValueError(f"dimension: expected one of {', '.join(DIMENSIONS)}, got {dimension!r}")
-
-
-def _release_of(subject: object) -> str | None:
-    try:
-        parsed = parse_subject(subject)
-    except ValueError:
-        return None
-    return parsed.version if parsed.kind == "vllm-release" else None
 
 
 def _series_points(frame: pd.DataFrame, dimension: str) -> pd.DataFrame:
