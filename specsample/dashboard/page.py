@@ -519,7 +519,8 @@ def _fidelity_context(table: pd.DataFrame) -> dict:
         f"Latency of ours over {REPLICATED_RELEASE} (the newest release whose draws mrv2 "
         f"reproduces), point by point, measured in the same run, at each tier's newest commit "
         f"that measured it. Aim: within {FIDELITY_TOLERANCE:.0%} at every point. mrv2 maps NaN "
-        f"logits to -inf on load (its one deliberate difference); mrv2-vllm does not."
+        f"logits to -inf on load (its one deliberate difference) and runs its stats kernels at 8 warps "
+        f"(vLLM's: 4); mrv2-vllm does neither."
     )
     columns = [
         "tier",
