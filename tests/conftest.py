@@ -17,10 +17,21 @@ if not torch.cuda.is_available():
 warnings.filterwarnings("ignore", category=RuntimeWarning, module="triton")
 
 HAS_CUDA = torch.cuda.is_available()
+
+# Under pytest-xdist every worker process would otherwise run torch's CPU ops on all cores: 8
+# workers x 16 threads on the H200 box's 16 cores made the reference's small CPU runs (V = 16,
+# thousands of one-request steps) 5-10x slower than on a 2-core CI machine (session 8: 15-31 s a
+# test). One share of the cores per worker.
+_WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+if _WORKERS > 1:
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // _WORKERS))
 gpu = pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU (runs on the H200 box)")
 # A long CPU-only test that runs where the GPU box's cores are, not in CPU CI; it runs no kernel,
 # so it is not marked ``gpu`` (the reason does not name CUDA) and `pytest -m gpu` leaves it out.
 on_gpu_box = pytest.mark.skipif(not HAS_CUDA, reason="long CPU-only test: runs on the GPU box, not in CPU CI")
+# A test that takes the ``device`` fixture but runs on CPU tensors on every machine (the
+# reference's statistical runs): not a GPU test, so `pytest -m gpu` leaves it out.
+on_cpu = pytest.mark.on_cpu
 
 # Cached CUDA memory a test process keeps once a test is done, above which it is handed back to
 # the driver: under `pytest -n 8` one process holding tens of GiB of freed blocks made the next
@@ -55,8 +66,10 @@ class LaunchTripwire:
 def pytest_collection_modifyitems(config, items):
     """Mark every test that runs kernels on the GPU when one is present as ``gpu``: the tests
     that take the ``device`` fixture and the CUDA-only ones (``@gpu``). ``pytest -m gpu`` on the
-    GPU box runs exactly those (README gives its time)."""
+    GPU box runs exactly those (README gives its time). A test marked ``on_cpu`` is not one."""
     for item in items:
+        if item.get_closest_marker("on_cpu") is not None:
+            continue
         needs_cuda = any(m.name == "skipif" and "CUDA" in str(m.kwargs.get("reason", "")) for m in item.iter_markers())
         if "device" in getattr(item, "fixturenames", ()) or needs_cuda:
             item.add_marker(pytest.mark.gpu)

@@ -61,7 +61,7 @@ from functools import lru_cache
 import pytest
 import torch
 from batches import trial_batch
-from conftest import gpu
+from conftest import gpu, on_cpu
 from stats import FALSE_FAILURE, _chi2_sf, assert_follows, chi2_threshold
 
 from specsample import reference, rejection_sample
@@ -208,12 +208,19 @@ def _run(sampler: str, device: str, case: Case) -> Run:
 
 def _params(cases: list[tuple[Case, bool]]) -> list:
     """``(sampler, case)`` params from ``(case, kernel_on_cpu)`` pairs. The reference runs every
-    case on every device; kernel cases too slow for the CPU interpreter get the ``gpu`` mark."""
+    case on every machine, on CPU tensors (``on_cpu``: not in ``pytest -m gpu``); kernel cases
+    too slow for the CPU interpreter get the ``gpu`` mark."""
     return [
-        pytest.param(sampler, c, id=f"{sampler}-{c.id}", marks=gpu if sampler in KERNELS and not on_cpu else ())
+        pytest.param(sampler, c, id=f"{sampler}-{c.id}", marks=_marks(sampler, kernel_on_cpu))
         for sampler in SAMPLER_IDS
-        for c, on_cpu in cases
+        for c, kernel_on_cpu in cases
     ]
+
+
+def _marks(sampler: str, kernel_on_cpu: bool):
+    if sampler == "reference":
+        return on_cpu
+    return () if kernel_on_cpu else gpu
 
 
 # (case, kernel also on CPU). CPU subsets share runs: K3-T1-fp32 standard and block use the same

@@ -37,7 +37,7 @@ import torch
 import triton
 import triton.language as tl
 from batches import emitted, first_placeholder, split_requests, trial_batch, truncate_at_placeholders
-from conftest import LaunchTripwire, gpu, on_gpu_box
+from conftest import LaunchTripwire, gpu, on_cpu, on_gpu_box
 from hypothesis import given, note, settings
 from hypothesis import strategies as st
 from stats import FALSE_FAILURE, assert_follows
@@ -721,12 +721,13 @@ def _run(sampler: str, device: str, case: Case) -> Run:
 
 
 def _params(cases: list[tuple[Case, bool]]) -> list:
-    """(sampler, case) params: the reference for every case; the kernel on CUDA for every case and
-    under the interpreter only where ``on_cpu``."""
+    """(sampler, case) params: the reference for every case, on CPU tensors on every machine
+    (marked ``on_cpu``: not in ``pytest -m gpu``); the kernel on CUDA for every case and under
+    the interpreter only where ``kernel_on_cpu``."""
     out = []
-    for c, on_cpu in cases:
-        out.append(pytest.param("reference", c, id=f"reference-{c.id}"))
-        out.append(pytest.param("kernel", c, id=f"kernel-{c.id}", marks=() if on_cpu else gpu))
+    for c, kernel_on_cpu in cases:
+        out.append(pytest.param("reference", c, id=f"reference-{c.id}", marks=on_cpu))
+        out.append(pytest.param("kernel", c, id=f"kernel-{c.id}", marks=() if kernel_on_cpu else gpu))
     return out
 
 
