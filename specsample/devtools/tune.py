@@ -51,6 +51,8 @@ WORKLOADS = {
     "R16-block-phi0": Workload(num_reqs=16, mode="block", **BASE),
     "R32-standard-phi0": Workload(num_reqs=32, mode="standard", **BASE),
     "R32-block-phi0.5": Workload(num_reqs=32, mode="block", placeholder_density=0.5, **BASE),
+    # the Peers point where express is closest to FlashInfer (issue 18 goal 4: 2.83x of 3)
+    "R32-V32000-standard-phi0": Workload(num_reqs=32, mode="standard", num_speculative_steps=4, vocab_size=32000),
     # the base point and its placeholder densities (the goals' points, devtools/goals.json)
     "base-block-phi0": Workload(num_reqs=128, mode="block", **BASE),
     "base-block-phi0.5": Workload(num_reqs=128, mode="block", placeholder_density=0.5, **BASE),
