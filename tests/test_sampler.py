@@ -8,13 +8,17 @@ workload, never zeros. Distribution-level checks of the sampling law live in
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
 from batches import emitted, first_placeholder, split_requests, trial_batch, truncate_at_placeholders
-from conftest import gpu
+from conftest import HAS_CUDA, gpu
 
 from specsample import reference, rejection_sample
 from specsample import rejection_sample_fast
+from specsample.reference import express as express_reference
+from specsample.sampler import rejection_sample_express
 from specsample.workloads import Workload, make_inputs
 
 V = 257  # not a multiple of any block size
@@ -293,3 +297,20 @@ def test_production_vocab_matches_reference(sampler, mode, draft):
     inputs = make_inputs(w, device="cuda")
     got, want = _run_both(sampler, inputs)
     _assert_matches(got, want, exact=(mode == "greedy"))
+
+
+@pytest.mark.skipif(HAS_CUDA, reason="the interpreter's fix; kernels are compiled where CUDA is")
+@pytest.mark.parametrize("mode", ["greedy", "block"])
+def test_interpreter_converts_scalars_as_numpy_2_4_requires(mode):
+    """numpy 2.4 refuses ``int()`` of a one-element array, which Triton 3.6's interpreter uses
+    for a kernel's ``range(0, num_drafts)`` (triton-lang/triton#9171): on the H200 box (numpy
+    2.4+) every interpreted kernel failed. numpy < 2.4 warns where 2.4 raises; with the warning
+    an error, the kernels of every in-tree pipeline still run and match the reference."""
+    w = Workload(num_reqs=2, num_speculative_steps=2, vocab_size=300, mode=mode, seed=5)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message="Conversion of an array with ndim > 0 to a scalar")
+        inputs = make_inputs(w, device="cpu")
+        expected = emitted(*reference.rejection_sample(**inputs))
+        assert emitted(*rejection_sample(**inputs)) == expected
+        assert emitted(*rejection_sample_fast(**inputs)) == expected
+        assert emitted(*rejection_sample_express(**inputs)) == emitted(*express_reference.rejection_sample(**inputs))
