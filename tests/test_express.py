@@ -433,8 +433,6 @@ CONFIGS = {
     "large": express.LARGE_BATCH_CONFIG,  # insert kernel
     "narrow": express.Config(stats_blocks=1, stats_warps=2, residual_warps=2, resample_warps=8, fused_insert=True),
     "wide": express.Config(stats_blocks=8, stats_warps=4, residual_warps=8, resample_warps=2),
-    "row-loop": express.Config(stats_row_loop=True),  # stats programs loop over a request's rows
-    "row-loop-narrow": express.Config(stats_blocks=1, stats_row_loop=True, fused_insert=True),
 }
 
 
@@ -442,7 +440,7 @@ CONFIGS = {
 def test_configuration_changes_no_draw(device, draft):
     """The launch geometry (the only thing R selects) never changes a token: V = 8193 is five
     sampling blocks, so stats programs of 1, 2, 4 and 8 blocks cut it differently; the insert is
-    fused into the resample kernel or not; stats programs take one row or loop over the rows."""
+    fused into the resample kernel or not."""
     w = Workload(
         num_reqs=3,
         num_speculative_steps=2,
@@ -460,13 +458,12 @@ def test_configuration_changes_no_draw(device, draft):
         assert tokens == outs["small"], name
 
 
-@pytest.mark.parametrize("config", ["large", "row-loop"])
 @pytest.mark.parametrize(
     "mode,draft", [("greedy", "logits"), ("standard", "logits"), ("standard", "one-hot"), ("synthetic", "logits")]
 )
-def test_large_batch_config_matches_reference(device, mode, draft, config):
-    """The insert kernel (the large-batch configuration), and stats programs that loop over a
-    request's rows, on the small batches the other tests run with the fused insert."""
+def test_large_batch_config_matches_reference(device, mode, draft):
+    """The insert kernel (the large-batch configuration) on the small batches the other tests
+    run with the fused insert."""
     w = Workload(
         num_reqs=R,
         num_speculative_steps=K,
@@ -479,7 +476,7 @@ def test_large_batch_config_matches_reference(device, mode, draft, config):
         ragged=True,
         seed=23,
     )
-    _check(make_inputs(w, device=device), config=CONFIGS[config])
+    _check(make_inputs(w, device=device), config=express.LARGE_BATCH_CONFIG)
 
 
 def test_default_config_follows_the_batch_size():

@@ -113,7 +113,6 @@ class Config:
     resample_warps: int = 4
     insert_warps: int = 4  # insert (or the resample kernel's last program): one block's level 2
     fused_insert: bool = False  # the resample kernel's last program per request inserts (fast's scheme)
-    stats_row_loop: bool = False  # stats programs (R, nb/S), each looping over its request's rows read
 
     def __post_init__(self) -> None:
         for name in ("stats_blocks", "residual_blocks", "resample_blocks"):
@@ -285,110 +284,28 @@ def _stats_kernel(
     HAS_DRAFT_LOGITS: tl.constexpr,
     K_P2: tl.constexpr,
     GROUPS: tl.constexpr,
-    ROW_LOOP: tl.constexpr,
     SUB: tl.constexpr,
     BLOCK: tl.constexpr,
 ):
     # Program (req * K + j, g): row j of request req, sampling blocks g*SUB .. g*SUB + SUB-1 as
     # one [SUB, BLOCK] tile, one partial per sampling block. A greedy request reads rows
     # j <= first placeholder (greedy writes the argmax there), the others rows j < first.
-    # ROW_LOOP (Config.stats_row_loop): program (req, g) loops over the request's rows instead,
-    # so that rows nothing reads launch no program that only exits (at R = 128 the request-major
-    # grid of exiting programs alone cost 13.4 us, notes/performance.md, session 9).
-    if ROW_LOOP:
-        req = tl.program_id(0).to(tl.int64)
-        j0 = 0
-    else:
-        req = (tl.program_id(0) // GROUPS).to(tl.int64)
-        j0 = tl.program_id(0) % GROUPS
+    req = (tl.program_id(0) // GROUPS).to(tl.int64)
+    j = tl.program_id(0) % GROUPS
     start, num_drafts, first = _request_rows(cu_num_logits_ptr, draft_sampled_ptr, req, K_P2)
     slot = tl.load(idx_mapping_ptr + req).to(tl.int64)
     temperature = tl.load(temperature_ptr + slot)
     num_read = tl.where(temperature == 0.0, tl.minimum(first + 1, num_drafts), first)
+    if j >= num_read:
+        return
+    row = start + j
     blocks = tl.program_id(1) * SUB + tl.arange(0, SUB)
-    if ROW_LOOP:
-        for j in range(0, num_read):
-            _stats_row(
-                target_logits_ptr,
-                target_logits_stride,
-                draft_logits_ptr,
-                draft_logits_stride_0,
-                draft_logits_stride_1,
-                target_local_argmax_ptr,
-                target_local_max_ptr,
-                target_local_sumexp_ptr,
-                draft_local_max_ptr,
-                draft_local_sumexp_ptr,
-                local_stride,
-                num_blocks,
-                vocab_size,
-                start,
-                start + j,
-                slot,
-                temperature,
-                blocks,
-                HAS_DRAFT_LOGITS,
-                SUB,
-                BLOCK,
-            )
-    elif j0 < num_read:
-        _stats_row(
-            target_logits_ptr,
-            target_logits_stride,
-            draft_logits_ptr,
-            draft_logits_stride_0,
-            draft_logits_stride_1,
-            target_local_argmax_ptr,
-            target_local_max_ptr,
-            target_local_sumexp_ptr,
-            draft_local_max_ptr,
-            draft_local_sumexp_ptr,
-            local_stride,
-            num_blocks,
-            vocab_size,
-            start,
-            start + j0,
-            slot,
-            temperature,
-            blocks,
-            HAS_DRAFT_LOGITS,
-            SUB,
-            BLOCK,
-        )
-
-
-@triton.jit
-def _stats_row(
-    target_logits_ptr,
-    target_logits_stride,
-    draft_logits_ptr,
-    draft_logits_stride_0,
-    draft_logits_stride_1,
-    target_local_argmax_ptr,
-    target_local_max_ptr,
-    target_local_sumexp_ptr,
-    draft_local_max_ptr,
-    draft_local_sumexp_ptr,
-    local_stride,
-    num_blocks,
-    vocab_size,
-    start,
-    row,
-    slot,
-    temperature,
-    blocks,
-    HAS_DRAFT_LOGITS: tl.constexpr,
-    SUB: tl.constexpr,
-    BLOCK: tl.constexpr,
-):
-    # Row ``row`` (the request's row row - start)'s partials over the [SUB, BLOCK] tile of
-    # sampling blocks ``blocks``.
     offs = blocks[:, None] * BLOCK + tl.arange(0, BLOCK)[None, :]
     vmask = offs < vocab_size
     x = tl.load(target_logits_ptr + row * target_logits_stride + offs, mask=vmask, other=float("-inf"))
     if HAS_DRAFT_LOGITS:
         # Issued with the target's load (fast's early draft load); nothing for a greedy row.
-        d_ptrs = draft_logits_ptr + slot * draft_logits_stride_0 + (row - start) * draft_logits_stride_1 + offs
+        d_ptrs = draft_logits_ptr + slot * draft_logits_stride_0 + j.to(tl.int64) * draft_logits_stride_1 + offs
         y_raw = tl.load(d_ptrs, mask=offs < tl.where(temperature != 0.0, vocab_size, 0), other=float("-inf"))
     x = _finite_or_neg_inf(x.to(tl.float32))
     block_max = tl.max(x, 1)
@@ -1173,12 +1090,10 @@ class Pipeline:
             seed_ptr=self.seed,
         )
 
-    # ---- 1. block stats of the rows something reads: (R * K, nb / stats_blocks) programs, or
-    # (R, nb / stats_blocks) looping over the rows (Config.stats_row_loop)
+    # ---- 1. block stats of the rows something reads: (R * K, nb / stats_blocks) programs
     def _stats(self) -> None:
         c = self.config
-        rows = self.num_reqs if c.stats_row_loop else self.num_reqs * self.k
-        _stats_kernel[(rows, triton.cdiv(self.num_blocks, c.stats_blocks))](
+        _stats_kernel[(self.num_reqs * self.k, triton.cdiv(self.num_blocks, c.stats_blocks))](
             **self._logits(),
             draft_sampled_ptr=self.draft_sampled,
             cu_num_logits_ptr=self.cu_num_logits,
@@ -1190,7 +1105,6 @@ class Pipeline:
             HAS_DRAFT_LOGITS=self.has_draft_logits,
             K_P2=self.k_p2,
             GROUPS=self.k,
-            ROW_LOOP=c.stats_row_loop,
             SUB=c.stats_blocks,
             BLOCK=SAMPLE_BLOCK,
             num_warps=c.stats_warps,
