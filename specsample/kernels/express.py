@@ -128,10 +128,10 @@ LARGE_BATCH_CONFIG = Config()
 # and the insert inside the resample kernel (one launch fewer; from R=32 up the count costs more)
 SMALL_BATCH_CONFIG = Config(stats_blocks=4, stats_warps=8, fused_insert=True)
 SMALL_BATCH_BELOW = 32
-# Warps of the rejection kernel (one program per request): its [K_P2, nb] fp64 LSE tiles spread
-# over 128 threads. Not a Config field: it sets the reduction tree of those LSEs (fp64 sums, so
-# ulps at most), and a configuration must not reach a draw even by an ulp.
-REJECTION_WARPS = 4
+# Warps of the one-program-per-request kernels (rejection, cum_log_p): their [K_P2, nb] fp64 LSE
+# tiles spread over 128 threads. Not a Config field: it sets the reduction tree of those LSEs
+# (fp64 sums, so ulps at most), and a configuration must not reach a draw even by an ulp.
+REQUEST_WARPS = 4
 
 
 def default_config(num_reqs: int) -> Config:
@@ -210,6 +210,23 @@ def _lse(local_max_ptr, local_sumexp_ptr, row, local_stride, num_blocks, NB_P2: 
     big = tl.max(m, 0)
     w = tl.where(m == float("-inf"), 0.0, s * tl.exp(m - big))
     return big + tl.log(tl.sum(w, 0))
+
+
+@triton.jit
+def _row_lses(m32, s):
+    # fp64 log-sum-exp along axis 1 of [rows, NB_P2] partials (fp32 maxima m32, fp64 sum-exps s),
+    # as _lse does for one row. The max is taken in fp32 (exact: fp32 -> fp64 is exact and
+    # monotone), which leaves the fp64 work to the exps, the sum and the log.
+    big = tl.max(m32, 1).to(tl.float64)
+    w = tl.where(m32 == float("-inf"), 0.0, s * tl.exp(m32.to(tl.float64) - big[:, None]))
+    return big + tl.log(tl.sum(w, 1))
+
+
+@triton.jit
+def _pick_row(values, k, index):
+    # values[index] of a [K_P2] vector (0 where no k matches): a select, not a load. A sum of
+    # one entry and zeros is that entry exactly (-inf too; other rows' NaN are not added).
+    return tl.sum(tl.where(k == index, values, 0), 0)
 
 
 @triton.jit
@@ -355,37 +372,59 @@ def _cumulative_log_p_kernel(
     cumulative_log_p_ptr,
     row_lse_ptr,
     HAS_DRAFT_LOGITS: tl.constexpr,
+    K_P2: tl.constexpr,
     NB_P2: tl.constexpr,
 ):
     # log p_i = min(log p_{i-1} + log M_b(X_i) - log M_s(X_i), 0), fp64, up to the first -1 (the
     # value is carried, unchanged, through it and every later row: none of them is read). With
     # draft logits each real row's two LSEs are kept for the residual-mass pass ([N, 2] fp64).
+    # As in the rejection kernel, the K rows are [K_P2] vectors: every load issued before the
+    # arithmetic (tokens and partials, then the gathered logits), the LSEs one [K_P2, nb]
+    # reduction; only the prefix itself is a K-step chain, in the reference's order.
     req = tl.program_id(0)
     slot = tl.load(idx_mapping_ptr + req).to(tl.int64)
-    temperature = tl.load(temperature_ptr + slot)
-    if temperature == 0.0:
-        return
     start = tl.load(cu_num_logits_ptr + req).to(tl.int64)
     num_drafts = tl.load(cu_num_logits_ptr + req + 1).to(tl.int64) - start - 1
+    temperature = tl.load(temperature_ptr + slot)
+    # A greedy request writes nothing: its stores are masked off rather than the program returning
+    # early, which would put every load behind the temperature's (one round more; its loads stay
+    # inside the request's rows, their values unused).
+    k = tl.arange(0, K_P2)
+    in_req = k < num_drafts
+    # (the temperature broadcast first: Triton's interpreter cannot `&` a vector with a scalar test)
+    sampled_rows = in_req & (tl.zeros((K_P2,), dtype=tl.float32) + temperature != 0.0)
+    rows = start + k
+    nb = tl.arange(0, NB_P2)
+    tile = rows[:, None] * local_stride + nb[None, :]
+    tile_mask = in_req[:, None] & (nb < num_blocks)[None, :]
+    raw = tl.load(draft_sampled_ptr + rows + 1, mask=in_req, other=-1).to(tl.int64)
+    m_t = tl.load(target_local_max_ptr + tile, mask=tile_mask, other=float("-inf"))
+    s_t = tl.load(target_local_sumexp_ptr + tile, mask=tile_mask, other=0.0)
+    if HAS_DRAFT_LOGITS:
+        m_d = tl.load(draft_local_max_ptr + tile, mask=tile_mask, other=float("-inf"))
+        s_d = tl.load(draft_local_sumexp_ptr + tile, mask=tile_mask, other=0.0)
+    token = tl.maximum(raw, 0)  # clamp: never form a pointer from -1
+    x = tl.load(target_logits_ptr + rows * target_logits_stride + token, mask=in_req, other=float("-inf"))
+    if HAS_DRAFT_LOGITS:
+        d_ptr = draft_logits_ptr + slot * draft_logits_stride_0 + k.to(tl.int64) * draft_logits_stride_1
+        y_raw = tl.load(d_ptr + token, mask=in_req, other=float("-inf"))
+
+    first = tl.min(tl.where(raw >= 0, K_P2, k), 0)  # rows before the first -1 are real
+    real = (k < first) & sampled_rows
+    lse = _row_lses(m_t, s_t)
+    lp = _finite_or_neg_inf(x.to(tl.float32)).to(tl.float64) - lse
+    lq = tl.zeros((K_P2,), dtype=tl.float64)
+    if HAS_DRAFT_LOGITS:
+        d_lse = _row_lses(m_d, s_d)
+        lq = _finite_or_neg_inf(y_raw.to(tl.float32) * _inverse(temperature)).to(tl.float64) - d_lse
+        tl.store(row_lse_ptr + 2 * rows, lse, mask=real)
+        tl.store(row_lse_ptr + 2 * rows + 1, d_lse, mask=real)
     log_p = tl.zeros((), dtype=tl.float64)
-    real = tl.full((), 1, dtype=tl.int1)
-    for step in range(0, num_drafts):
-        row = start + step
-        token = tl.load(draft_sampled_ptr + row + 1).to(tl.int64)
-        real = real & (token >= 0)
-        if real:
-            lse = _lse(target_local_max_ptr, target_local_sumexp_ptr, row, local_stride, num_blocks, NB_P2)
-            lp = _gather(target_logits_ptr + row * target_logits_stride, token).to(tl.float64) - lse
-            lq = tl.zeros((), dtype=tl.float64)
-            if HAS_DRAFT_LOGITS:
-                d_lse = _lse(draft_local_max_ptr, draft_local_sumexp_ptr, row, local_stride, num_blocks, NB_P2)
-                d_ptr = draft_logits_ptr + slot * draft_logits_stride_0 + step * draft_logits_stride_1
-                y = _finite_or_neg_inf(tl.load(d_ptr + token).to(tl.float32) * _inverse(temperature))
-                lq = y.to(tl.float64) - d_lse
-                tl.store(row_lse_ptr + 2 * row, lse)
-                tl.store(row_lse_ptr + 2 * row + 1, d_lse)
-            log_p = tl.minimum(log_p + lp - lq, 0.0)
-        tl.store(cumulative_log_p_ptr + row, log_p)
+    out = tl.zeros((K_P2,), dtype=tl.float64)
+    for i in tl.static_range(K_P2):
+        log_p = tl.where(i < first, tl.minimum(log_p + _pick_row(lp, k, i) - _pick_row(lq, k, i), 0.0), log_p)
+        out = tl.where(k == i, log_p, out)
+    tl.store(cumulative_log_p_ptr + rows, out, mask=sampled_rows)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -448,23 +487,6 @@ def _residual_mass_kernel(
 
 
 @triton.jit
-def _row_lses(m32, s):
-    # fp64 log-sum-exp along axis 1 of [rows, NB_P2] partials (fp32 maxima m32, fp64 sum-exps s),
-    # as _lse does for one row. The max is taken in fp32 (exact: fp32 -> fp64 is exact and
-    # monotone), which leaves the fp64 work to the exps, the sum and the log.
-    big = tl.max(m32, 1).to(tl.float64)
-    w = tl.where(m32 == float("-inf"), 0.0, s * tl.exp(m32.to(tl.float64) - big[:, None]))
-    return big + tl.log(tl.sum(w, 1))
-
-
-@triton.jit
-def _pick_row(values, k, index):
-    # values[index] of a [K_P2] vector (0 where no k matches): a select, not a load. A sum of
-    # one entry and zeros is that entry exactly (-inf too; other rows' NaN are not added).
-    return tl.sum(tl.where(k == index, values, 0), 0)
-
-
-@triton.jit
 def _rejection_kernel(
     sampled_ptr,
     sampled_stride,
@@ -522,13 +544,44 @@ def _rejection_kernel(
     nb = tl.arange(0, NB_P2)
     nb_mask = nb < num_blocks
 
+    # ---- round 2: tokens, positions, partials (each needs only the request's rows), issued with
+    # the temperature's load, before the greedy branch (a greedy request's are unused)
+    k = tl.arange(0, K_P2)
+    in_req = k < num_drafts
+    rows = start + k
+    raw = tl.load(draft_sampled_ptr + rows + 1, mask=in_req, other=-1).to(tl.int64)
+    positions = tl.load(pos_ptr + rows, mask=in_req, other=0)
+    tile = rows[:, None] * local_stride + nb[None, :]
+    tile_mask = in_req[:, None] & nb_mask[None, :]
+    if USE_BLOCK_VERIFICATION:
+        log_p = tl.load(cumulative_log_p_ptr + rows, mask=in_req, other=0.0)
+        has_next = k < num_drafts - 1
+        nxt = tl.load(draft_sampled_ptr + rows + 2, mask=has_next, other=-1).to(tl.int64)  # d_{k+2}
+        if HAS_DRAFT_LOGITS:
+            # Z_{k+1} = sum_b residual mass of row k + 1, and the [N, 2] LSEs cum_log_p kept
+            next_mass = tl.load(
+                local_residual_mass_ptr + tile + local_stride, mask=has_next[:, None] & nb_mask[None, :], other=0.0
+            )
+            row_lse_t = tl.load(row_lse_ptr + 2 * rows, mask=in_req, other=0.0)
+            row_lse_d = tl.load(row_lse_ptr + 2 * rows + 1, mask=in_req, other=0.0)
+        else:
+            m_t = tl.load(target_local_max_ptr + tile, mask=tile_mask, other=float("-inf"))
+            s_t = tl.load(target_local_sumexp_ptr + tile, mask=tile_mask, other=0.0)
+    else:
+        m_t = tl.load(target_local_max_ptr + tile, mask=tile_mask, other=float("-inf"))
+        s_t = tl.load(target_local_sumexp_ptr + tile, mask=tile_mask, other=0.0)
+        if HAS_DRAFT_LOGITS:
+            m_d = tl.load(draft_local_max_ptr + tile, mask=tile_mask, other=float("-inf"))
+            s_d = tl.load(draft_local_sumexp_ptr + tile, mask=tile_mask, other=0.0)
+        if SYNTHETIC_MODE:
+            rates = tl.load(synthetic_conditional_rates_ptr + k, mask=in_req, other=0.0)
     if is_greedy:
         tau = tl.zeros((), dtype=tl.int64)
         verifying = tl.full((), 1, dtype=tl.int1)
         for step in range(0, num_drafts):
             row = start + step
-            raw = tl.load(draft_sampled_ptr + row + 1).to(tl.int64)
-            token = tl.maximum(raw, 0)  # clamp: never form a pointer from -1
+            draft = tl.load(draft_sampled_ptr + row + 1).to(tl.int64)
+            draft_token = tl.maximum(draft, 0)  # clamp: never form a pointer from -1
             # mrv2's greedy path: not short-circuited at a -1, where it stores the argmax.
             if verifying:
                 best = _global_argmax(
@@ -537,44 +590,14 @@ def _rejection_kernel(
                 if SYNTHETIC_MODE:
                     accepted = _uniform(seed, tl.load(pos_ptr + row)) < tl.load(synthetic_conditional_rates_ptr + step)
                 else:
-                    accepted = best == token
-                accepted = accepted & (raw >= 0)
-                tl.store(out + step, tl.where(accepted, token, best))
+                    accepted = best == draft_token
+                accepted = accepted & (draft >= 0)
+                tl.store(out + step, tl.where(accepted, draft_token, best))
                 tau += accepted.to(tl.int64)
                 verifying = accepted
         tl.store(num_sampled_ptr + req, tau.to(tl.int32))
         tl.store(plan_ptr + req, tl.where(tau == num_drafts, PLAN_ARGMAX, PLAN_DONE).to(tl.int32))
     else:
-        # ---- round 2: tokens, positions, partials (each needs only the request's rows)
-        k = tl.arange(0, K_P2)
-        in_req = k < num_drafts
-        rows = start + k
-        raw = tl.load(draft_sampled_ptr + rows + 1, mask=in_req, other=-1).to(tl.int64)
-        positions = tl.load(pos_ptr + rows, mask=in_req, other=0)
-        tile = rows[:, None] * local_stride + nb[None, :]
-        tile_mask = in_req[:, None] & nb_mask[None, :]
-        if USE_BLOCK_VERIFICATION:
-            log_p = tl.load(cumulative_log_p_ptr + rows, mask=in_req, other=0.0)
-            has_next = k < num_drafts - 1
-            nxt = tl.load(draft_sampled_ptr + rows + 2, mask=has_next, other=-1).to(tl.int64)  # d_{k+2}
-            if HAS_DRAFT_LOGITS:
-                # Z_{k+1} = sum_b residual mass of row k + 1, and the [N, 2] LSEs cum_log_p kept
-                next_mass = tl.load(
-                    local_residual_mass_ptr + tile + local_stride, mask=has_next[:, None] & nb_mask[None, :], other=0.0
-                )
-                row_lse_t = tl.load(row_lse_ptr + 2 * rows, mask=in_req, other=0.0)
-                row_lse_d = tl.load(row_lse_ptr + 2 * rows + 1, mask=in_req, other=0.0)
-            else:
-                m_t = tl.load(target_local_max_ptr + tile, mask=tile_mask, other=float("-inf"))
-                s_t = tl.load(target_local_sumexp_ptr + tile, mask=tile_mask, other=0.0)
-        else:
-            m_t = tl.load(target_local_max_ptr + tile, mask=tile_mask, other=float("-inf"))
-            s_t = tl.load(target_local_sumexp_ptr + tile, mask=tile_mask, other=0.0)
-            if HAS_DRAFT_LOGITS:
-                m_d = tl.load(draft_local_max_ptr + tile, mask=tile_mask, other=float("-inf"))
-                s_d = tl.load(draft_local_sumexp_ptr + tile, mask=tile_mask, other=0.0)
-            if SYNTHETIC_MODE:
-                rates = tl.load(synthetic_conditional_rates_ptr + k, mask=in_req, other=0.0)
         # ---- round 3: the drafts' logits (clamped: never a pointer from -1)
         token = tl.maximum(raw, 0)
         if (not USE_BLOCK_VERIFICATION) or (not HAS_DRAFT_LOGITS):
@@ -1194,8 +1217,9 @@ class Pipeline:
             cumulative_log_p_ptr=self.cumulative_log_p,
             row_lse_ptr=self.row_lse,
             HAS_DRAFT_LOGITS=self.has_draft_logits,
+            K_P2=self.k_p2,
             NB_P2=self.nb_p2,
-            num_warps=1,
+            num_warps=REQUEST_WARPS,
         )
 
     # ---- 3. residual masses of rows 1..K-1 (block verification, draft logits)
@@ -1242,7 +1266,7 @@ class Pipeline:
             K_P2=self.k_p2,
             NB_P2=self.nb_p2,
             BLOCK=SAMPLE_BLOCK,
-            num_warps=REJECTION_WARPS,
+            num_warps=REQUEST_WARPS,
         )
 
     # ---- 5. block masses of the rows not known yet (with the fused insert: and the insert)
