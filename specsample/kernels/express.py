@@ -1002,39 +1002,56 @@ def _insert_request(
         token = _resampled_token(resampled_argmax_ptr, resampled_mass_ptr, base, num_blocks, NB_P2, CACHE)
         tl.store(sampled_ptr + req * sampled_stride + tau, token)
     elif plan != PLAN_DONE:
+        # Every load is issued as soon as its address is known, before any reduction (ptxas does
+        # not hoist a load above a shuffle or libdevice's branches): the request's rows, the
+        # log-masses and the plan's values; then its seed, position, temperature and rejected
+        # draft; then, once level 1 has picked the block, the block's target and draft logits
+        # together. Three dependent rounds after plan and tau, not six.
+        level_1_here = (plan == PLAN_TARGET) | (plan == PLAN_RESIDUAL)
+        draft_residual = (plan == PLAN_RESIDUAL) | (plan == PLAN_BLOCK_RESIDUAL)
         slot = tl.load(idx_mapping_ptr + req).to(tl.int64)
         row = tl.load(cu_num_logits_ptr + req).to(tl.int64) + tau
+        nb = tl.arange(0, NB_P2)
+        log_mass = tl.load(
+            resampled_mass_ptr + base + nb,
+            mask=(nb < num_blocks) & level_1_here,
+            other=float("-inf"),
+            cache_modifier=CACHE,
+        )
+        early_block = tl.load(
+            plan_block_ptr + req, mask=(plan == PLAN_ONE_HOT) | (plan == PLAN_BLOCK_RESIDUAL), other=0
+        )
+        if HAS_DRAFT_LOGITS:
+            scale = tl.load(plan_scale_ptr + req, mask=draft_residual, other=1.0)
+            target_lse = tl.load(plan_lse_ptr + 2 * req, mask=draft_residual, other=0.0)
+            draft_lse = tl.load(plan_lse_ptr + 2 * req + 1, mask=draft_residual, other=0.0)
+            temperature = tl.load(temperature_ptr + slot)
         seed = tl.load(seed_ptr + slot)
         position = tl.load(pos_ptr + row)
-        if (plan == PLAN_TARGET) | (plan == PLAN_RESIDUAL):
-            offs = tl.arange(0, NB_P2)
-            log_mass = tl.load(
-                resampled_mass_ptr + base + offs, mask=offs < num_blocks, other=float("-inf"), cache_modifier=CACHE
-            )
+        # the rejected draft (one-hot); row + 1 is past the batch for the last request's bonus row
+        rejected = tl.load(draft_sampled_ptr + row + 1, mask=plan == PLAN_ONE_HOT, other=-1)
+        if level_1_here:
             big = tl.max(log_mass, 0)
             w = tl.where(log_mass == float("-inf"), 0.0, tl.exp(log_mass - big))
             block, _ = _pick(w, _row_uniform(seed, position), NB_P2)
         else:
-            block = tl.load(plan_block_ptr + req)
+            block = early_block
         # ---- level 2: the chosen block's weights, recomputed, as [chunks, CHUNK]
         offs = _chunk_offsets(block, BLOCK // CHUNK, CHUNK)
         mask = offs < vocab_size
         x = tl.load(target_logits_ptr + row * target_logits_stride + offs, mask=mask, other=float("-inf"))
+        if HAS_DRAFT_LOGITS:
+            d_ptr = draft_logits_ptr + slot * draft_logits_stride_0 + tau * draft_logits_stride_1
+            y_raw = tl.load(d_ptr + offs, mask=mask & draft_residual, other=float("-inf"))
         x = _finite_or_neg_inf(x.to(tl.float32))
         block_max = tl.max(tl.max(x, 1), 0)
         r = tl.where(x == float("-inf"), 0.0, tl.exp(x - block_max))
         if plan == PLAN_ONE_HOT:
-            r = tl.where(offs == tl.load(draft_sampled_ptr + row + 1), 0.0, r)  # the rejected draft
+            r = tl.where(offs == rejected, 0.0, r)  # the rejected draft
         if HAS_DRAFT_LOGITS:
-            if (plan == PLAN_RESIDUAL) | (plan == PLAN_BLOCK_RESIDUAL):
-                temperature = tl.load(temperature_ptr + slot)
-                d_ptr = draft_logits_ptr + slot * draft_logits_stride_0 + tau * draft_logits_stride_1
-                y = _finite_or_neg_inf(
-                    tl.load(d_ptr + offs, mask=mask, other=float("-inf")).to(tl.float32) * _inverse(temperature)
-                )
-                scale = tl.load(plan_scale_ptr + req)
-                r = _residual(x, y, tl.load(plan_lse_ptr + 2 * req), tl.load(plan_lse_ptr + 2 * req + 1), scale)
-                r = tl.where(mask, r, 0.0)
+            if draft_residual:
+                y = _finite_or_neg_inf(y_raw.to(tl.float32) * _inverse(temperature))
+                r = tl.where(mask, _residual(x, y, target_lse, draft_lse, scale), 0.0)
         index, _ = _sample_block(r, _block_uniform(seed, position, block), BLOCK // CHUNK, CHUNK)
         tl.store(sampled_ptr + req * sampled_stride + tau, block.to(tl.int64) * BLOCK + index.to(tl.int64))
     tl.store(num_sampled_ptr + req, (tau + 1).to(tl.int32))
