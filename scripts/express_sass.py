@@ -1,0 +1,194 @@
+"""Compile express's kernels for sm_90 on a machine without a GPU and summarise their SASS.
+
+Usage (no TRITON_INTERPRET; CPU tensors only give the launch arguments):
+    python scripts/express_sass.py [--mode standard|block] [--draft logits|one-hot] [--reqs R] [--dump DIR]
+
+Each launch of one express call (small and large configurations) is captured instead of run,
+compiled with ``triton.compile`` for a CUDA 9.0 target (ptxas from Triton's bundle), and
+disassembled with the bundled ``cuobjdump``. Per kernel it prints: SASS instructions, global
+loads (LDG), fp64 instructions (D*), MUFU, warp shuffles, and "load rounds": the number of
+global loads (in program order) issued after the code has waited on an earlier global load's
+scoreboard -- a static count of dependent memory round trips over the whole kernel, every
+branch included (a path through the kernel pays the rounds on its own path only).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+assert os.environ.get("TRITON_INTERPRET", "0") in ("", "0"), "unset TRITON_INTERPRET: this compiles for sm_90"
+
+import torch
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+
+from specsample.kernels import express
+from specsample.workloads import Workload, make_inputs
+
+BIN = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
+TARGET = GPUTarget("cuda", 90, 32)
+_DTYPES = {
+    torch.float32: "fp32",
+    torch.float64: "fp64",
+    torch.bfloat16: "bf16",
+    torch.float16: "fp16",
+    torch.int64: "i64",
+    torch.int32: "i32",
+    torch.bool: "i1",
+}
+
+
+class _Capture:
+    def __init__(self, kernel, launches):
+        self.kernel, self.launches = kernel, launches
+
+    def __getitem__(self, grid):
+        def launch(**kwargs):
+            self.launches.append((self.kernel, grid, kwargs))
+
+        return launch
+
+
+def _compile(kernel, kwargs):
+    signature, constexprs = {}, {}
+    opts = {k: kwargs.pop(k) for k in ("num_warps", "num_stages") if k in kwargs}
+    for i, name in enumerate(kernel.arg_names):
+        value = kwargs[name]
+        if i in kernel.constexprs:
+            signature[name] = "constexpr"
+            constexprs[name] = value
+        elif isinstance(value, torch.Tensor):
+            signature[name] = "*" + _DTYPES[value.dtype]
+        elif isinstance(value, bool):
+            signature[name] = "i1"
+        elif isinstance(value, int):
+            signature[name] = "i64" if abs(value) >= 2**31 else "i32"
+        elif isinstance(value, float):
+            signature[name] = "fp32"
+        else:
+            raise TypeError(f"{name}: {type(value)}")
+    src = ASTSource(fn=kernel, signature=signature, constexprs=constexprs)
+    return triton.compile(src, target=TARGET, options=opts)
+
+
+def _sass(cubin: bytes) -> list[tuple[str, int]]:
+    """(instruction text, control word) per instruction."""
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        text = subprocess.run(
+            [os.path.join(BIN, "cuobjdump"), "-sass", f.name], check=True, capture_output=True, text=True
+        ).stdout
+    out, pending = [], None
+    for line in text.splitlines():
+        m = re.match(r"\s*/\*[0-9a-f]{4}\*/\s*(.*?);?\s*/\* (0x[0-9a-f]{16}) \*/", line)
+        if m:
+            pending = m.group(1).strip().rstrip(";").strip()
+            continue
+        m = re.match(r"\s*/\* (0x[0-9a-f]{16}) \*/", line)
+        if m and pending is not None:
+            out.append((pending, int(m.group(1), 16)))
+            pending = None
+    return out
+
+
+def _control(hi: int) -> tuple[int, int]:
+    # Volta+ control bits (bits 105.. of the 128-bit word, i.e. 41.. of the high 64): stall 4,
+    # yield 1, write barrier 3, read barrier 3, wait mask 6.
+    ctrl = hi >> 41
+    return (ctrl >> 5) & 7, (ctrl >> 11) & 0x3F  # write barrier (7 = none), wait mask
+
+
+def summarise(insts):
+    ops = [re.sub(r"^@!?U?P[T0-9]+\s+", "", t).split()[0] for t, _ in insts]
+    n_ldg = sum(o.startswith("LDG") for o in ops)
+    fp64 = sum(bool(re.match(r"D(ADD|MUL|FMA|SETP|MNMX)", o)) for o in ops)
+    mufu = sum(o.startswith("MUFU") for o in ops)
+    shfl = sum(o.startswith("SHFL") for o in ops)
+    # load rounds: barriers written by LDGs still unwaited; a wait on one of them, then a new LDG,
+    # starts a new round.
+    ldg_barriers, waited, rounds = set(), False, 0
+    for (t, hi), o in zip(insts, ops):
+        wb, wait = _control(hi)
+        if wait & sum(1 << b for b in ldg_barriers):
+            waited = True
+            ldg_barriers -= {b for b in list(ldg_barriers) if wait & (1 << b)}
+        if o.startswith("LDG"):
+            if waited or rounds == 0:
+                rounds += 1
+                waited = False
+            if wb != 7:
+                ldg_barriers.add(wb)
+    return dict(sass=len(insts), ldg=n_ldg, fp64=fp64, mufu=mufu, shfl=shfl, load_rounds=rounds)
+
+
+def timeline(insts):
+    """Program-order lines of the loads, the waits on them, branches and exits (for reading a path)."""
+    lines, ldg_barriers = [], {}
+    for i, (t, hi) in enumerate(insts):
+        wb, wait = _control(hi)
+        op = re.sub(r"^@!?U?P[T0-9]+\s+", "", t).split()[0]
+        waited = [b for b in ldg_barriers if wait & (1 << b)]
+        if waited:
+            lines.append(f"{i:5d}   wait on LDG sb{waited}")
+            for b in waited:
+                del ldg_barriers[b]
+        if op.startswith("LDG"):
+            lines.append(f"{i:5d} {t}  -> sb{wb}")
+            if wb != 7:
+                ldg_barriers[wb] = i
+        elif op.startswith(("BRA", "EXIT", "BSSY", "BSYNC", "CALL", "RET")) or op == "WARPSYNC":
+            lines.append(f"{i:5d} {t}")
+    return lines
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--mode", default="standard")
+    ap.add_argument("--draft", default="logits")
+    ap.add_argument("--reqs", type=int, default=1)
+    ap.add_argument("--phi", type=float, default=0.0)
+    ap.add_argument("--config", default="small", choices=["small", "large"])
+    ap.add_argument("--dump", default=None, help="write each kernel's SASS into this folder")
+    args = ap.parse_args(argv)
+    w = Workload(
+        num_reqs=args.reqs,
+        num_speculative_steps=4,
+        vocab_size=151936,
+        mode=args.mode,
+        draft=args.draft,
+        placeholder_density=args.phi,
+    )
+    inputs = make_inputs(w, device="cpu")
+    config = express.SMALL_BATCH_CONFIG if args.config == "small" else express.LARGE_BATCH_CONFIG
+    launches = []
+    names = [n for n in dir(express) if n.endswith("_kernel") and isinstance(getattr(express, n), triton.JITFunction)]
+    saved = {n: getattr(express, n) for n in names}
+    try:
+        for n in names:
+            setattr(express, n, _Capture(saved[n], launches))
+        express.Pipeline(**inputs, config=config).run()
+    finally:
+        for n, k in saved.items():
+            setattr(express, n, k)
+    for kernel, grid, kwargs in launches:
+        compiled = _compile(kernel, dict(kwargs))
+        insts = _sass(compiled.asm["cubin"])
+        s = summarise(insts)
+        print(f"{kernel.__name__:28s} grid={grid!s:14s} " + " ".join(f"{k}={v}" for k, v in s.items()), flush=True)
+        if args.dump:
+            os.makedirs(args.dump, exist_ok=True)
+            with open(os.path.join(args.dump, kernel.__name__ + ".sass"), "w") as f:
+                f.write("\n".join(f"{i:5d} {t}" for i, (t, _) in enumerate(insts)) + "\n")
+            with open(os.path.join(args.dump, kernel.__name__ + ".loads"), "w") as f:
+                f.write("\n".join(timeline(insts)) + "\n")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
