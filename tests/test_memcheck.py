@@ -23,7 +23,7 @@ def test_every_config_is_forced_and_matches_the_default(subject, module, device,
     w = Workload(num_reqs=2, num_speculative_steps=2, vocab_size=300, mode="standard", seed=5)
     default_call, _ = memcheck._caller(subject, None)
     expected = default_call(w, device, make_inputs(w, device=device))
-    for name, attr in memcheck.CONFIGS[subject].items():
+    for name, config in memcheck.configs()[subject].items():
         seen = []
         launch = module.launch
 
@@ -36,7 +36,7 @@ def test_every_config_is_forced_and_matches_the_default(subject, module, device,
         assert unsupported(w) is None
         sampled, num_sampled = call(w, device, make_inputs(w, device=device))
         monkeypatch.setattr(module, "launch", launch)
-        assert seen == [getattr(module, attr)], (name, seen)
+        assert seen == [config], (name, seen)
         assert torch.equal(num_sampled, expected[1]), name
         for row, n in enumerate(num_sampled.tolist()):
             assert torch.equal(sampled[row, :n], expected[0][row, :n]), name

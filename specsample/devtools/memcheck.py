@@ -31,32 +31,32 @@ CASES = {
 }
 # Subjects run here: ours but the peers (FlashInfer is not ours to check).
 SUBJECTS = tuple(s for s in OUR_SUBJECTS if not s.startswith("flashinfer"))
-# Launch configurations by subject (``config=`` of its sampler), each forced at every batch size.
-CONFIGS = {
-    "fast": {"tiny": "TINY_BATCH_CONFIG", "small": "SMALL_BATCH_CONFIG", "large": "LARGE_BATCH_CONFIG"},
-    "express": {"small": "SMALL_BATCH_CONFIG", "large": "LARGE_BATCH_CONFIG"},
-}
 # The pre-#50939 replica emits the raw -1 of a block-verification placeholder (spec 5.1).
 EMITS_PLACEHOLDERS = ("mrv2-pre50939",)
+
+
+def configs() -> dict[str, dict]:
+    """``{subject: {name: Config}}``: the launch configurations --config forces, from the kernel
+    modules' ``NAMED_CONFIGS`` (fast's and express's). Imports the kernels: call it after ``TRITON_INTERPRET`` is set (or not),
+    since ``@triton.jit`` reads it when a kernel is defined."""
+    from ..kernels import express, fast
+
+    return {"fast": fast.NAMED_CONFIGS, "express": express.NAMED_CONFIGS}
 
 
 def _caller(subject: str, config_name: str | None):
     """``(call, unsupported)`` for ``subject``: ``call(w, device, inputs) -> (sampled,
     num_sampled)`` and ``unsupported(w) -> reason or None``, from its registry entry; with
-    ``config_name`` (see :data:`CONFIGS`), the subject's sampler with that configuration at every
+    ``config_name`` (see :func:`configs`), the subject's sampler with that configuration at every
     batch size (its ``config=`` argument)."""
     if config_name is None:
         from .. import subjects
 
         return subjects.get(subject).run, subjects.get(subject).unsupported
     from .. import sampler
-    from ..kernels import express, fast
 
-    module, launch = {
-        "fast": (fast, sampler.rejection_sample_fast),
-        "express": (express, sampler.rejection_sample_express),
-    }[subject]
-    forced = getattr(module, CONFIGS[subject][config_name])
+    launch = {"fast": sampler.rejection_sample_fast, "express": sampler.rejection_sample_express}[subject]
+    forced = configs()[subject][config_name]
 
     def call(w, device, inputs):
         return launch(**inputs, config=forced)
@@ -103,23 +103,26 @@ def main(argv: list[str] | None = None) -> None:
     )
     p.add_argument("subject", choices=SUBJECTS)
     p.add_argument("--vocab-size", type=int, default=20000, help="20000: 3 stats blocks padded to 4")
-    p.add_argument(
-        "--config",
-        choices=sorted({name for names in CONFIGS.values() for name in names}),
-        default=None,
-        help="fast (tiny, small, large) or express (small, large): that launch configuration at "
-        "every batch size (default: each batch size's own)",
-    )
-    args = p.parse_args(argv)
-    if args.config and args.config not in CONFIGS.get(args.subject, {}):
-        known = ", ".join(f"{s}: {', '.join(c)}" for s, c in CONFIGS.items())
-        p.error(f"--config {args.config}: not a configuration of {args.subject} (known: {known})")
     import torch
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     if device == "cpu":
-        # Before the kernels are imported (run imports them): @triton.jit reads it at definition.
+        # Before the kernels are imported (configs() and run import them): @triton.jit reads it
+        # at definition.
         os.environ.setdefault("TRITON_INTERPRET", "1")
+    named = configs()
+    p.add_argument(
+        "--config",
+        choices=sorted({name for names in named.values() for name in names}),
+        default=None,
+        help="a launch configuration of fast or express (kernels' NAMED_CONFIGS: "
+        + "; ".join(f"{s}: {', '.join(c)}" for s, c in named.items())
+        + ") at every batch size (default: each batch size's own)",
+    )
+    args = p.parse_args(argv)
+    if args.config and args.config not in named.get(args.subject, {}):
+        known = ", ".join(f"{s}: {', '.join(c)}" for s, c in named.items())
+        p.error(f"--config {args.config}: not a configuration of {args.subject} (known: {known})")
     label = args.subject + (f" ({args.config} config)" if args.config else "")
     print(f"{label}: {run(args.subject, device, args.vocab_size, args.config)} calls on {device} completed")
 

@@ -66,14 +66,10 @@ WORKLOADS = {
     "R512-standard-phi0.5": Workload(num_reqs=512, mode="standard", placeholder_density=0.5, **BASE),
 }
 
-# fast's own configurations: always timed, and the bases of --candidate.
-BASE_CANDIDATES = {"large": fast.LARGE_BATCH_CONFIG, "small": fast.SMALL_BATCH_CONFIG, "tiny": fast.TINY_BATCH_CONFIG}
-# express's own configurations (--sampler express): the same roles.
-EXPRESS_BASE_CANDIDATES = {"large": express.LARGE_BATCH_CONFIG, "small": express.SMALL_BATCH_CONFIG}
 # --sampler: the kernel module (its Pipeline takes config=) and its base candidates
 SAMPLERS: dict[str, tuple[ModuleType, dict]] = {
-    "fast": (fast, BASE_CANDIDATES),
-    "express": (express, EXPRESS_BASE_CANDIDATES),
+    "fast": (fast, fast.NAMED_CONFIGS),
+    "express": (express, express.NAMED_CONFIGS),
 }
 # Names that are not candidates: the reference and the --before module.
 RESERVED = ("mrv2", "before")
@@ -87,7 +83,7 @@ class Options:
     """What one ``specsample tune`` run measures."""
 
     workloads: tuple[str, ...] = tuple(WORKLOADS)
-    candidates: dict = dataclasses.field(default_factory=lambda: dict(BASE_CANDIDATES))  # name -> Config
+    candidates: dict = dataclasses.field(default_factory=lambda: dict(fast.NAMED_CONFIGS))  # name -> Config
     stage_candidates: tuple[str, ...] = DEFAULT_STAGE_CANDIDATES
     before: ModuleType | None = None  # an earlier module of the sampler: its Pipeline in its own defaults
     sampler: str = "fast"  # a key of SAMPLERS: whose Pipeline the candidates configure
@@ -97,9 +93,10 @@ class Options:
         return SAMPLERS[self.sampler][0]
 
 
-def parse_candidate(text: str, bases: dict = BASE_CANDIDATES) -> tuple[str, object]:
+def parse_candidate(text: str, bases: dict = fast.NAMED_CONFIGS) -> tuple[str, object]:
     """``NAME=BASE:FIELD=VALUE,...`` -> (NAME, BASE's config with those fields replaced);
-    ``bases`` are the sampler's configurations (fast's by default, or EXPRESS_BASE_CANDIDATES).
+    ``bases`` are the sampler's named configurations (``fast.NAMED_CONFIGS`` by default, or
+    ``express.NAMED_CONFIGS``): always timed, and the bases of ``--candidate``.
 
     ``ValueError`` says what is wrong: the form, an unknown base or field, a bad value."""
     try:

@@ -128,6 +128,8 @@ LARGE_BATCH_CONFIG = Config()
 # and the insert inside the resample kernel (one launch fewer; from R=32 up the count costs more)
 SMALL_BATCH_CONFIG = Config(stats_blocks=4, stats_warps=8, fused_insert=True)
 SMALL_BATCH_BELOW = 32
+# The configurations by name: what `specsample tune` builds candidates on and memcheck forces.
+NAMED_CONFIGS = {"large": LARGE_BATCH_CONFIG, "small": SMALL_BATCH_CONFIG}
 
 
 def default_config(num_reqs: int) -> Config:

@@ -102,6 +102,8 @@ TINY_BATCH_CONFIG = dataclasses.replace(SMALL_BATCH_CONFIG, speculative_load=Tru
 # Batches of fewer requests than these use TINY_BATCH_CONFIG, then SMALL_BATCH_CONFIG.
 TINY_BATCH_BELOW = 4
 SMALL_BATCH_BELOW = 32
+# The configurations by name: what `specsample tune` builds candidates on and memcheck forces.
+NAMED_CONFIGS = {"large": LARGE_BATCH_CONFIG, "small": SMALL_BATCH_CONFIG, "tiny": TINY_BATCH_CONFIG}
 
 
 def default_config(num_reqs: int) -> Config:
