@@ -37,6 +37,7 @@ PROVENANCE = {
         "files": {"vllm/v1/worker/gpu/spec_decode/rejection_sampler_utils.py": "cd" * 32},
     },
     "mrv2": {"kind": "ours", "module": "specsample.kernels.mrv2"},
+    "flashinfer-kernel": {"kind": "peer", "package": "flashinfer-python", "version": "0.7.2"},
 }
 
 
@@ -347,6 +348,18 @@ def test_environment_panel(site):
     for header in ("gpu", "driver", "cuda", "torch", "triton"):
         assert f"<th>{header}</th>" in environment
     assert "NVIDIA H200" in environment
+
+
+def test_the_index_shows_which_code_each_subject_was(site):
+    """The main page's provenance: ours by module, a peer by its package's version (which
+    FlashInfer the Peers sweep ran), each subject from the newest commit that recorded it."""
+    _, index, _ = site
+    provenance = _section(index, "provenance")
+    rows = {row[0]: row for row in _rows(provenance)}
+    assert rows["flashinfer-kernel"][2:4] == ["peer", "flashinfer-python 0.7.2"]
+    assert rows["mrv2"][2:4] == ["ours", "specsample.kernels.mrv2"]
+    assert all(re.fullmatch(r"[0-9a-f]{8}", row[1]) for row in rows.values())
+    assert 'href="#provenance"' in index
 
 
 def test_missing_data_skips_figures_with_notes_not_crashes(df, tmp_path):

@@ -98,4 +98,5 @@ def build_dashboard(
         changes=context.changes,
         newest=changepoints.newest_vs_previous(data),
         captions=captions,
+        provenance=provenance,
     )

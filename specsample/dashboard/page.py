@@ -73,6 +73,9 @@ NEWEST_CAPTION = (
 # ---------------------------------------------------------------------------------------------
 
 
+PROVENANCE_EMPTY = "No provenance recorded (runs write it to results/<machine>/<sha8>.outcomes)."
+
+
 def write_index(
     out_dir: Path,
     *,
@@ -84,9 +87,11 @@ def write_index(
     changes: pd.DataFrame,
     newest: pd.DataFrame,
     captions: dict,
+    provenance: dict | None = None,
 ) -> Path:
     """``out_dir/index.html``: header, newest vs previous, the ranked regressions and
-    improvements over commits, the figure sections, the environment."""
+    improvements over commits, the figure sections, provenance (which code each subject was,
+    FlashInfer's version among them), the environment."""
     order = commit_order(data) if not data.empty else pd.DataFrame()
     header = [f"{len(order)} commits"]
     if len(order):
@@ -101,8 +106,11 @@ def write_index(
         ("#regressions", "Regressions"),
         ("#improvements", "Improvements"),
         *((f"#{s['id']}", s["heading"]) for s in sections),
+        ("#provenance", "Provenance"),
         ("#environment", "Environment"),
     ]
+    commits = list(order["commit"]) if len(order) else []
+    provenance_rows = _provenance_context(provenance or {}, machine, commits)
     context = {
         "machine": str(machine),
         "header": header,
@@ -115,6 +123,8 @@ def write_index(
         "improvements": _changes_table(changepoints.improvements(changes), "commits", "No improvement over commits."),
         "sections": sections,
         "environment": _environment_context(data),
+        "provenance": provenance_rows,
+        "provenance_empty": PROVENANCE_EMPTY,
     }
     return _write(out_dir / PAGES["index"], "index.html", context)
 
@@ -136,6 +146,7 @@ def write_releases(
     releases, provenance."""
     releases = changepoints.release_order(rows["release"].dropna()) if not rows.empty else []
     commits = sorted(set(rows["commit"].dropna())) if not rows.empty else []
+    dated = list(commit_order(rows)["commit"]) if not rows.empty else []  # oldest first
     header, notes = [], list(notes)
     if releases:
         header.append(f"measured at commit {', '.join(c[:8] for c in commits)}")
@@ -163,7 +174,7 @@ def write_releases(
         else []
     )
     links += [("#provenance", "Provenance")]
-    provenance_rows, provenance_commit = _provenance_context(provenance, machine, commits)
+    provenance_rows = _provenance_context(provenance, machine, dated)
     context = {
         "machine": str(machine),
         "header": header,
@@ -184,8 +195,7 @@ def write_releases(
             changepoints.improvements(changes), "releases", "No improvement between releases."
         ),
         "provenance": provenance_rows,
-        "provenance_commit": provenance_commit,
-        "provenance_empty": "No provenance recorded (runs write it to results/<machine>/<sha8>.outcomes from now on).",
+        "provenance_empty": PROVENANCE_EMPTY,
     }
     return _write(out_dir / PAGES["releases"], "releases.html", context)
 
@@ -566,34 +576,39 @@ def _outcomes_context(rows: pd.DataFrame) -> dict:
     }
 
 
-def _provenance_context(provenance: dict, machine, commits: list[str]) -> tuple[list[dict], str]:
+def _provenance_context(provenance: dict, machine, commits: list[str]) -> list[dict]:
+    """One row per subject: its newest record among ``commits`` (oldest first), with that
+    commit's sha8 (a subject not measured at the newest commit keeps its last record: the
+    FlashInfer version of the last Peers sweep, say)."""
+    newest: dict[str, tuple[str, dict]] = {}
     for commit in reversed(commits):
-        subjects = provenance.get((str(machine), commit[:8]))
-        if not subjects:
-            continue
-        rows = []
-        for name in sorted(subjects, key=subject_sort_key):
-            record = subjects[name] or {}
-            files = record.get("files") or {}
-            rows.append(
-                {
-                    "subject": name,
-                    "kind": _text(record.get("kind")) or "—",
-                    "version": _text(
-                        record.get("release") or record.get("commit") or record.get("ref") or record.get("module")
-                    )
-                    or "—",
-                    "wheel": " ".join(
-                        p for p in (_text(record.get("wheel")), _short_hash(record.get("wheel_sha256"))) if p
-                    )
-                    or "—",
-                    "files": [(path, _short_hash(digest)) for path, digest in sorted(files.items())]
-                    if isinstance(files, dict)
-                    else [],
-                }
-            )
-        return rows, commit[:8]
-    return [], ""
+        for name, record in (provenance.get((str(machine), commit[:8])) or {}).items():
+            newest.setdefault(name, (commit[:8], record or {}))
+    rows = []
+    for name in sorted(newest, key=subject_sort_key):
+        commit, record = newest[name]
+        files = record.get("files") or {}
+        rows.append(
+            {
+                "subject": name,
+                "commit": commit,
+                "kind": _text(record.get("kind")) or "—",
+                "version": _text(
+                    record.get("release")
+                    or record.get("commit")
+                    or record.get("ref")
+                    or record.get("module")
+                    or " ".join(str(record[k]) for k in ("package", "version") if record.get(k))
+                )
+                or "—",
+                "wheel": " ".join(p for p in (_text(record.get("wheel")), _short_hash(record.get("wheel_sha256"))) if p)
+                or "—",
+                "files": [(path, _short_hash(digest)) for path, digest in sorted(files.items())]
+                if isinstance(files, dict)
+                else [],
+            }
+        )
+    return rows
 
 
 # ---------------------------------------------------------------------------------------------
