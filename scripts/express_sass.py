@@ -125,7 +125,19 @@ def summarise(insts):
                 waited = False
             if wb != 7:
                 ldg_barriers.add(wb)
-    return dict(sass=len(insts), ldg=n_ldg, fp64=fp64, mufu=mufu, shfl=shfl, load_rounds=rounds)
+    # load depth: an LDG's depth is 1 + the deepest LDG whose scoreboard was waited on before it
+    # (program order, every branch flattened: conservative). Unlike load_rounds, a late wait on a
+    # round-1 load between round-2 loads does not count as a round of its own.
+    sb_depth, current, depth = {}, 0, 0
+    for (t, hi), o in zip(insts, ops):
+        wb, wait = _control(hi)
+        for b in [b for b in sb_depth if wait & (1 << b)]:
+            current = max(current, sb_depth.pop(b))
+        if o.startswith("LDG"):
+            depth = max(depth, current + 1)
+            if wb != 7:
+                sb_depth[wb] = max(sb_depth.get(wb, 0), current + 1)
+    return dict(sass=len(insts), ldg=n_ldg, fp64=fp64, mufu=mufu, shfl=shfl, load_rounds=rounds, load_depth=depth)
 
 
 def timeline(insts):
