@@ -145,8 +145,8 @@ def write_releases(
     against ours, replica fidelity, faults and semantics, latency over releases, changes between
     releases, provenance."""
     releases = changepoints.release_order(rows["release"].dropna()) if not rows.empty else []
-    commits = sorted(set(rows["commit"].dropna())) if not rows.empty else []
-    dated = list(commit_order(rows)["commit"]) if not rows.empty else []  # oldest first
+    dated = list(commit_order(rows.dropna(subset=["commit"]))["commit"]) if not rows.empty else []  # oldest first
+    commits = sorted(dated)
     header, notes = [], list(notes)
     if releases:
         header.append(f"measured at commit {', '.join(c[:8] for c in commits)}")

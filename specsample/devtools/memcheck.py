@@ -37,8 +37,8 @@ EMITS_PLACEHOLDERS = ("mrv2-pre50939",)
 
 def configs() -> dict[str, dict]:
     """``{subject: {name: Config}}``: the launch configurations --config forces, from the kernel
-    modules' ``NAMED_CONFIGS`` (fast's and express's). Imports the kernels: call it after ``TRITON_INTERPRET`` is set (or not),
-    since ``@triton.jit`` reads it when a kernel is defined."""
+    modules' ``NAMED_CONFIGS`` (fast's and express's). Imports the kernels: call it after
+    ``TRITON_INTERPRET`` is set (or not), since ``@triton.jit`` reads it when a kernel is defined."""
     from ..kernels import express, fast
 
     return {"fast": fast.NAMED_CONFIGS, "express": express.NAMED_CONFIGS}
