@@ -39,14 +39,17 @@ import dataclasses as _dataclasses
 import os as _os
 import sys as _sys
 
+import torch as _torch
+
 
 def _broken_launch(**inputs):
     if inputs["use_block_verification"]:
         print("planted crash: os._exit(134) in block mode", file=_sys.stderr, flush=True)
         _os._exit(134)
     sampled, num_sampled = mrv2.launch(**inputs)
-    if bool((inputs["draft_sampled"] < 0).any()):
-        num_sampled.fill_(inputs["num_speculative_steps"] + 1)
+    # on the device, no host sync: a breakage of the output, not a slower call
+    has_placeholder = (inputs["draft_sampled"] < 0).any()
+    num_sampled.copy_(_torch.where(has_placeholder, inputs["num_speculative_steps"] + 1, num_sampled))
     return sampled, num_sampled
 
 
@@ -230,13 +233,16 @@ def test_crashed_sides_semantics_violations_and_missing_subjects_exit_2(repo, mo
             "--samples",
             "3",
             "--min-effect",
-            "1.0",
+            "10.0",
             "--min-abs-us",
             "0",
             "--report",
             str(out),
         ]
     )
+    # Timing is not what this test checks: on the H200 (session 10) one of the broken head's
+    # points was over 2x slower than base's (its launch then synced with the host), a regression
+    # at --min-effect 1.0 that the interpreter's slow calls hide.
     printed = capsys.readouterr()
     text = out.read_text()
     assert code == 2, text

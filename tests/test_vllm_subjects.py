@@ -110,13 +110,13 @@ def test_a_loaded_release_runs_and_matches_its_reference(tmp_path, cache, device
     assert semantics.classify(inputs, out, subjects.get("mrv2").run(W, device, inputs)).semantics == "same draws"
 
 
-def test_two_releases_live_in_one_process(tmp_path, cache):
+def test_two_releases_live_in_one_process(tmp_path, cache, device):
     _fetch(tmp_path, "9.5.0", marker=1)
     _fetch(tmp_path, "9.6.0", marker=2)
     first, second = subjects.get("vllm==9.5.0"), subjects.get("vllm==9.6.0")
     markers = []
     for s in (first, second, first):
-        call = s.prepare(W, "cpu")
+        call = s.prepare(W, device)
         markers.append(call.call.fn.func.__globals__["MARKER"])
     assert markers == [1, 2, 1]
 
@@ -152,15 +152,15 @@ def test_a_name_the_shim_does_not_provide_is_a_clear_error(tmp_path, cache):
 # ---- the adapter -------------------------------------------------------------------------------
 
 
-def test_an_older_signature_skips_block_mode_with_a_reason(tmp_path, cache):
+def test_an_older_signature_skips_block_mode_with_a_reason(tmp_path, cache, device):
     _fetch(tmp_path, "9.10.0", signature="no-block")
     subject = subjects.get("vllm==9.10.0")
     block = Workload(num_reqs=2, num_speculative_steps=2, vocab_size=300, mode="block")
     assert "supports modes ('greedy', 'standard', 'synthetic'), not 'block'" in subject.unsupported(block)
     with pytest.raises(subjects.NotSupported):
-        subject.prepare(block, "cpu")
+        subject.prepare(block, device)
     assert subject.unsupported(W) is None
-    subject.run(W, "cpu")
+    subject.run(W, device)
 
 
 def test_a_signature_that_cannot_be_adapted_is_refused(tmp_path, cache):
@@ -197,13 +197,13 @@ def test_draft_logits_run_at_temperature_one_only():
 # ---- a checkout's refs ---------------------------------------------------------------------------
 
 
-def test_refs_of_a_checkout_are_subjects(tmp_path, cache, monkeypatch):
+def test_refs_of_a_checkout_are_subjects(tmp_path, cache, monkeypatch, device):
     repo, (old, new) = make_checkout(tmp_path / "vllm-src", [tree_files(marker=1), tree_files(marker=2)])
     monkeypatch.setenv("SPECSAMPLE_VLLM_REPO", str(repo))
     a, b = subjects.get(f"vllm@{old[:10]}"), subjects.get("vllm@main")
     assert a.provenance["commit"] == old and b.provenance["commit"] == new
-    assert a.prepare(W, "cpu").call.fn.func.__globals__["MARKER"] == 1
-    assert b.prepare(W, "cpu").call.fn.func.__globals__["MARKER"] == 2
+    assert a.prepare(W, device).call.fn.func.__globals__["MARKER"] == 1
+    assert b.prepare(W, device).call.fn.func.__globals__["MARKER"] == 2
     with pytest.raises(subjects.SubjectError, match="no ref 'nope' in the vLLM checkout"):
         subjects.get("vllm@nope")
 
