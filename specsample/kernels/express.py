@@ -130,6 +130,10 @@ SMALL_BATCH_CONFIG = Config(stats_blocks=4, stats_warps=8, fused_insert=True)
 SMALL_BATCH_BELOW = 32
 # The configurations by name: what `specsample tune` builds candidates on and memcheck forces.
 NAMED_CONFIGS = {"large": LARGE_BATCH_CONFIG, "small": SMALL_BATCH_CONFIG}
+# Warps of the one-program-per-request kernels (rejection, cum_log_p): their [K_P2, nb] fp64 LSE
+# tiles spread over 128 threads. Not a Config field: it sets the reduction tree of those LSEs
+# (fp64 sums, so ulps at most), and a configuration must not reach a draw even by an ulp.
+REQUEST_WARPS = 4
 
 
 def default_config(num_reqs: int) -> Config:
@@ -208,6 +212,23 @@ def _lse(local_max_ptr, local_sumexp_ptr, row, local_stride, num_blocks, NB_P2: 
     big = tl.max(m, 0)
     w = tl.where(m == float("-inf"), 0.0, s * tl.exp(m - big))
     return big + tl.log(tl.sum(w, 0))
+
+
+@triton.jit
+def _row_lses(m32, s):
+    # fp64 log-sum-exp along axis 1 of [rows, NB_P2] partials (fp32 maxima m32, fp64 sum-exps s),
+    # as _lse does for one row. The max is taken in fp32 (exact: fp32 -> fp64 is exact and
+    # monotone), which leaves the fp64 work to the exps, the sum and the log.
+    big = tl.max(m32, 1).to(tl.float64)
+    w = tl.where(m32 == float("-inf"), 0.0, s * tl.exp(m32.to(tl.float64) - big[:, None]))
+    return big + tl.log(tl.sum(w, 1))
+
+
+@triton.jit
+def _pick_row(values, k, index):
+    # values[index] of a [K_P2] vector (0 where no k matches): a select, not a load. A sum of
+    # one entry and zeros is that entry exactly (-inf too; other rows' NaN are not added).
+    return tl.sum(tl.where(k == index, values, 0), 0)
 
 
 @triton.jit
@@ -353,37 +374,65 @@ def _cumulative_log_p_kernel(
     cumulative_log_p_ptr,
     row_lse_ptr,
     HAS_DRAFT_LOGITS: tl.constexpr,
+    K_P2: tl.constexpr,
     NB_P2: tl.constexpr,
 ):
     # log p_i = min(log p_{i-1} + log M_b(X_i) - log M_s(X_i), 0), fp64, up to the first -1 (the
     # value is carried, unchanged, through it and every later row: none of them is read). With
     # draft logits each real row's two LSEs are kept for the residual-mass pass ([N, 2] fp64).
+    # As in the rejection kernel, the K rows are [K_P2] vectors: every load issued before the
+    # arithmetic (tokens and partials, then the gathered logits), the LSEs one [K_P2, nb]
+    # reduction; only the prefix itself is a K-step chain, in the reference's order.
     req = tl.program_id(0)
     slot = tl.load(idx_mapping_ptr + req).to(tl.int64)
-    temperature = tl.load(temperature_ptr + slot)
-    if temperature == 0.0:
-        return
     start = tl.load(cu_num_logits_ptr + req).to(tl.int64)
     num_drafts = tl.load(cu_num_logits_ptr + req + 1).to(tl.int64) - start - 1
+    temperature = tl.load(temperature_ptr + slot)
+    # A greedy request writes nothing: its stores are masked off rather than the program returning
+    # early, which would put every load behind the temperature's (one round more; its loads stay
+    # inside the request's rows, their values unused).
+    k = tl.arange(0, K_P2)
+    in_req = k < num_drafts
+    # (the temperature broadcast first: Triton's interpreter cannot `&` a vector with a scalar test)
+    sampled_rows = in_req & (tl.zeros((K_P2,), dtype=tl.float32) + temperature != 0.0)
+    rows = start + k
+    nb = tl.arange(0, NB_P2)
+    tile = rows[:, None] * local_stride + nb[None, :]
+    tile_mask = in_req[:, None] & (nb < num_blocks)[None, :]
+    raw = tl.load(draft_sampled_ptr + rows + 1, mask=in_req, other=-1).to(tl.int64)
+    first_draft = tl.load(draft_sampled_ptr + start + 1, mask=num_drafts > 0, other=-1)  # d_1, same round
+    m_t = tl.load(target_local_max_ptr + tile, mask=tile_mask, other=float("-inf"))
+    s_t = tl.load(target_local_sumexp_ptr + tile, mask=tile_mask, other=0.0)
+    if HAS_DRAFT_LOGITS:
+        m_d = tl.load(draft_local_max_ptr + tile, mask=tile_mask, other=float("-inf"))
+        s_d = tl.load(draft_local_sumexp_ptr + tile, mask=tile_mask, other=0.0)
+    if first_draft < 0:
+        # first == 0: no real row, log p stays 0 on every row (what the chain below gives), no
+        # LSEs kept; the partials are never waited on, no logits gathered, no LSE tiles.
+        tl.store(cumulative_log_p_ptr + rows, tl.zeros((K_P2,), dtype=tl.float64), mask=sampled_rows)
+        return
+    token = tl.maximum(raw, 0)  # clamp: never form a pointer from -1
+    x = tl.load(target_logits_ptr + rows * target_logits_stride + token, mask=in_req, other=float("-inf"))
+    if HAS_DRAFT_LOGITS:
+        d_ptr = draft_logits_ptr + slot * draft_logits_stride_0 + k.to(tl.int64) * draft_logits_stride_1
+        y_raw = tl.load(d_ptr + token, mask=in_req, other=float("-inf"))
+
+    first = tl.min(tl.where(raw >= 0, K_P2, k), 0)  # rows before the first -1 are real
+    real = (k < first) & sampled_rows
+    lse = _row_lses(m_t, s_t)
+    lp = _finite_or_neg_inf(x.to(tl.float32)).to(tl.float64) - lse
+    lq = tl.zeros((K_P2,), dtype=tl.float64)
+    if HAS_DRAFT_LOGITS:
+        d_lse = _row_lses(m_d, s_d)
+        lq = _finite_or_neg_inf(y_raw.to(tl.float32) * _inverse(temperature)).to(tl.float64) - d_lse
+        tl.store(row_lse_ptr + 2 * rows, lse, mask=real)
+        tl.store(row_lse_ptr + 2 * rows + 1, d_lse, mask=real)
     log_p = tl.zeros((), dtype=tl.float64)
-    real = tl.full((), 1, dtype=tl.int1)
-    for step in range(0, num_drafts):
-        row = start + step
-        token = tl.load(draft_sampled_ptr + row + 1).to(tl.int64)
-        real = real & (token >= 0)
-        if real:
-            lse = _lse(target_local_max_ptr, target_local_sumexp_ptr, row, local_stride, num_blocks, NB_P2)
-            lp = _gather(target_logits_ptr + row * target_logits_stride, token).to(tl.float64) - lse
-            lq = tl.zeros((), dtype=tl.float64)
-            if HAS_DRAFT_LOGITS:
-                d_lse = _lse(draft_local_max_ptr, draft_local_sumexp_ptr, row, local_stride, num_blocks, NB_P2)
-                d_ptr = draft_logits_ptr + slot * draft_logits_stride_0 + step * draft_logits_stride_1
-                y = _finite_or_neg_inf(tl.load(d_ptr + token).to(tl.float32) * _inverse(temperature))
-                lq = y.to(tl.float64) - d_lse
-                tl.store(row_lse_ptr + 2 * row, lse)
-                tl.store(row_lse_ptr + 2 * row + 1, d_lse)
-            log_p = tl.minimum(log_p + lp - lq, 0.0)
-        tl.store(cumulative_log_p_ptr + row, log_p)
+    out = tl.zeros((K_P2,), dtype=tl.float64)
+    for i in tl.static_range(K_P2):
+        log_p = tl.where(i < first, tl.minimum(log_p + _pick_row(lp, k, i) - _pick_row(lq, k, i), 0.0), log_p)
+        out = tl.where(k == i, log_p, out)
+    tl.store(cumulative_log_p_ptr + rows, out, mask=sampled_rows)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -474,13 +523,24 @@ def _rejection_kernel(
     local_stride,
     num_blocks,
     cumulative_log_p_ptr,
+    row_lse_ptr,
     synthetic_conditional_rates_ptr,
     HAS_DRAFT_LOGITS: tl.constexpr,
     SYNTHETIC_MODE: tl.constexpr,
     USE_BLOCK_VERIFICATION: tl.constexpr,
+    K_P2: tl.constexpr,
     NB_P2: tl.constexpr,
     BLOCK: tl.constexpr,
 ):
+    # One program per request. A sampled request tests its K drafts as [K_P2] vectors, not step
+    # by step: every load the test needs is issued before any arithmetic (ptxas does not hoist a
+    # load above the branches of libdevice's fp64 exp / log or of a warp shuffle, so a load after
+    # a reduction costs a dependent memory round of its own), three rounds in all -- the request's
+    # rows; the tokens, positions and [K_P2, nb] partials; the gathered logits -- and the fp64
+    # LSEs of all K rows are one [K_P2, nb] reduction over the program's warps. The plan reuses
+    # the rejected row's LSEs, partials and logits (selected from the vectors, no reload). Steps
+    # past a rejection are computed and thrown away: no load past the request's rows, and only
+    # the acceptance test's arithmetic, which is what a [K_P2] vector costs anyway.
     req = tl.program_id(0).to(tl.int64)
     slot = tl.load(idx_mapping_ptr + req).to(tl.int64)
     start = tl.load(cu_num_logits_ptr + req).to(tl.int64)
@@ -488,18 +548,51 @@ def _rejection_kernel(
     temperature = tl.load(temperature_ptr + slot)
     seed = tl.load(seed_ptr + slot)
     is_greedy = temperature == 0.0
-    tau = tl.zeros((), dtype=tl.int64)
-    verifying = tl.full((), 1, dtype=tl.int1)
     out = sampled_ptr + req * sampled_stride
     nb = tl.arange(0, NB_P2)
     nb_mask = nb < num_blocks
 
-    for step in range(0, num_drafts):
-        row = start + step
-        raw = tl.load(draft_sampled_ptr + row + 1).to(tl.int64)
-        valid = raw >= 0
-        token = tl.maximum(raw, 0)  # clamp: never form a pointer from -1
-        if is_greedy:
+    # ---- round 2: tokens, positions, partials (each needs only the request's rows), issued with
+    # the temperature's load, before the greedy branch (a greedy request's are unused)
+    k = tl.arange(0, K_P2)
+    in_req = k < num_drafts
+    rows = start + k
+    raw = tl.load(draft_sampled_ptr + rows + 1, mask=in_req, other=-1).to(tl.int64)
+    # d_1 as a scalar too (same round): first == 0 (tau = 0, the plain target row) is then a
+    # scalar test, taken before anything waits on the partials -- no reduction over raw needed
+    first_draft = tl.load(draft_sampled_ptr + start + 1, mask=num_drafts > 0, other=-1)
+    positions = tl.load(pos_ptr + rows, mask=in_req, other=0)
+    tile = rows[:, None] * local_stride + nb[None, :]
+    tile_mask = in_req[:, None] & nb_mask[None, :]
+    if USE_BLOCK_VERIFICATION:
+        log_p = tl.load(cumulative_log_p_ptr + rows, mask=in_req, other=0.0)
+        has_next = k < num_drafts - 1
+        nxt = tl.load(draft_sampled_ptr + rows + 2, mask=has_next, other=-1).to(tl.int64)  # d_{k+2}
+        if HAS_DRAFT_LOGITS:
+            # Z_{k+1} = sum_b residual mass of row k + 1, and the [N, 2] LSEs cum_log_p kept
+            next_mass = tl.load(
+                local_residual_mass_ptr + tile + local_stride, mask=has_next[:, None] & nb_mask[None, :], other=0.0
+            )
+            row_lse_t = tl.load(row_lse_ptr + 2 * rows, mask=in_req, other=0.0)
+            row_lse_d = tl.load(row_lse_ptr + 2 * rows + 1, mask=in_req, other=0.0)
+        else:
+            m_t = tl.load(target_local_max_ptr + tile, mask=tile_mask, other=float("-inf"))
+            s_t = tl.load(target_local_sumexp_ptr + tile, mask=tile_mask, other=0.0)
+    else:
+        m_t = tl.load(target_local_max_ptr + tile, mask=tile_mask, other=float("-inf"))
+        s_t = tl.load(target_local_sumexp_ptr + tile, mask=tile_mask, other=0.0)
+        if HAS_DRAFT_LOGITS:
+            m_d = tl.load(draft_local_max_ptr + tile, mask=tile_mask, other=float("-inf"))
+            s_d = tl.load(draft_local_sumexp_ptr + tile, mask=tile_mask, other=0.0)
+        if SYNTHETIC_MODE:
+            rates = tl.load(synthetic_conditional_rates_ptr + k, mask=in_req, other=0.0)
+    if is_greedy:
+        tau = tl.zeros((), dtype=tl.int64)
+        verifying = tl.full((), 1, dtype=tl.int1)
+        for step in range(0, num_drafts):
+            row = start + step
+            draft = tl.load(draft_sampled_ptr + row + 1).to(tl.int64)
+            draft_token = tl.maximum(draft, 0)  # clamp: never form a pointer from -1
             # mrv2's greedy path: not short-circuited at a -1, where it stores the argmax.
             if verifying:
                 best = _global_argmax(
@@ -508,106 +601,123 @@ def _rejection_kernel(
                 if SYNTHETIC_MODE:
                     accepted = _uniform(seed, tl.load(pos_ptr + row)) < tl.load(synthetic_conditional_rates_ptr + step)
                 else:
-                    accepted = best == token
-                accepted = accepted & valid
-                tl.store(out + step, tl.where(accepted, token, best))
+                    accepted = best == draft_token
+                accepted = accepted & (draft >= 0)
+                tl.store(out + step, tl.where(accepted, draft_token, best))
                 tau += accepted.to(tl.int64)
                 verifying = accepted
-        else:
-            verifying = verifying & valid  # stop at the first -1, before any work
-            if verifying:
-                u32 = _uniform(seed, tl.load(pos_ptr + row))
-                u = u32.to(tl.float64)
-                if USE_BLOCK_VERIFICATION:
-                    # Sun et al.: tau = max{i+1 : u_i <= h_i}, in fp64
-                    pi = tl.exp(tl.load(cumulative_log_p_ptr + row))
-                    nxt = tl.load(draft_sampled_ptr + row + 2, mask=step < num_drafts - 1, other=-1).to(tl.int64)
-                    if nxt >= 0:
-                        if HAS_DRAFT_LOGITS:
-                            partial = tl.load(
-                                local_residual_mass_ptr + (row + 1) * local_stride + nb, mask=nb_mask, other=0.0
-                            )
-                            z = tl.sum(partial, 0)
-                        else:
-                            # One-hot: sum_x max(pi M_b(x) - delta_d(x), 0) = pi (1 - M_b(d)).
-                            lse_next = _lse(
-                                target_local_max_ptr, target_local_sumexp_ptr, row + 1, local_stride, num_blocks, NB_P2
-                            )
-                            x_next = _gather(target_logits_ptr + (row + 1) * target_logits_stride, nxt).to(tl.float64)
-                            z = pi * (1.0 - tl.exp(x_next - lse_next))
-                        denom = z + 1.0 - pi
-                        h = tl.where(denom > 0.0, z / denom, 1.0)
-                    else:
-                        h = pi  # end of the block: h = p_gamma
-                    if u <= h:
-                        tau = step + 1
-                    tl.store(out + step, token)
-                else:
-                    # Leviathan et al.: accept iff log p(d) > log u + log q(d) (strict), in fp64.
-                    lse = _lse(target_local_max_ptr, target_local_sumexp_ptr, row, local_stride, num_blocks, NB_P2)
-                    lp = _gather(target_logits_ptr + row * target_logits_stride, token).to(tl.float64) - lse
-                    lq = tl.zeros((), dtype=tl.float64)
-                    if HAS_DRAFT_LOGITS:
-                        d_lse = _lse(draft_local_max_ptr, draft_local_sumexp_ptr, row, local_stride, num_blocks, NB_P2)
-                        d_ptr = draft_logits_ptr + slot * draft_logits_stride_0 + step * draft_logits_stride_1
-                        y = _finite_or_neg_inf(tl.load(d_ptr + token).to(tl.float32) * _inverse(temperature))
-                        lq = y.to(tl.float64) - d_lse
-                    if SYNTHETIC_MODE:
-                        accepted = u32 < tl.load(synthetic_conditional_rates_ptr + step)
-                    else:
-                        accepted = lp > tl.log(u) + lq
-                    accepted = accepted & valid
-                    tl.store(out + step, token)
-                    tau += accepted.to(tl.int64)
-                    verifying = accepted
-    tl.store(num_sampled_ptr + req, tau.to(tl.int32))
+        tl.store(num_sampled_ptr + req, tau.to(tl.int32))
+        tl.store(plan_ptr + req, tl.where(tau == num_drafts, PLAN_ARGMAX, PLAN_DONE).to(tl.int32))
+    elif first_draft < 0:
+        # d_1 is a placeholder (or there is no draft): tau = 0, nothing accepted, and row c_r's
+        # plan is the plain target (what the vector path below gives at first == 0). The
+        # partials, loaded above, are never waited on; no gathered logits, no LSE tiles.
+        tl.store(num_sampled_ptr + req, 0)
+        tl.store(plan_ptr + req, PLAN_TARGET)
+    else:
+        # ---- round 3: the drafts' logits (clamped: never a pointer from -1)
+        token = tl.maximum(raw, 0)
+        if (not USE_BLOCK_VERIFICATION) or (not HAS_DRAFT_LOGITS):
+            x = _finite_or_neg_inf(
+                tl.load(target_logits_ptr + rows * target_logits_stride + token, mask=in_req, other=float("-inf")).to(
+                    tl.float32
+                )
+            )
+        if USE_BLOCK_VERIFICATION:
+            if not HAS_DRAFT_LOGITS:
+                # d_{k+2}'s target logit on row k + 1 (one-hot: Z_{k+1} = p_k (1 - M_b(d)))
+                x_next = _finite_or_neg_inf(
+                    tl.load(
+                        target_logits_ptr + (rows + 1) * target_logits_stride + tl.maximum(nxt, 0),
+                        mask=has_next,
+                        other=float("-inf"),
+                    ).to(tl.float32)
+                )
+        elif HAS_DRAFT_LOGITS:
+            d_ptr = draft_logits_ptr + slot * draft_logits_stride_0 + k.to(tl.int64) * draft_logits_stride_1
+            y_raw = tl.load(d_ptr + token, mask=in_req, other=float("-inf"))
 
-    # ---- the plan for row c_r + tau
-    row = start + tau
-    rejected = tl.load(draft_sampled_ptr + row + 1, mask=tau < num_drafts, other=-1).to(tl.int64)
-    plan = tl.full((), PLAN_TARGET, tl.int32)  # bonus row, or a placeholder: the plain target
-    if is_greedy:
-        plan = tl.where(tau == num_drafts, PLAN_ARGMAX, PLAN_DONE).to(tl.int32)
-    elif rejected >= 0:
-        u_row = _row_uniform(seed, tl.load(pos_ptr + row))
-        if HAS_DRAFT_LOGITS:
-            # max(p_tau p - q, 0) at row tau (p_tau = 1 outside block verification and at tau = 0)
-            plan = tl.full((), PLAN_RESIDUAL, tl.int32)
-            scale = tl.full((), 1.0, tl.float32)
-            if USE_BLOCK_VERIFICATION:
-                if tau > 0:
-                    # the residual-mass pass has this row's block masses: level 1 here
-                    plan = tl.full((), PLAN_BLOCK_RESIDUAL, tl.int32)
-                    scale = tl.exp(tl.load(cumulative_log_p_ptr + row - 1)).to(tl.float32)
-                    w = tl.load(local_residual_mass_ptr + row * local_stride + nb, mask=nb_mask, other=0.0)
-                    b, _ = _pick(w, u_row, NB_P2)
-                    tl.store(plan_block_ptr + req, b.to(tl.int32))
-            tl.store(plan_scale_ptr + req, scale)
-            tl.store(
-                plan_lse_ptr + 2 * req,
-                _lse(target_local_max_ptr, target_local_sumexp_ptr, row, local_stride, num_blocks, NB_P2),
-            )
-            tl.store(
-                plan_lse_ptr + 2 * req + 1,
-                _lse(draft_local_max_ptr, draft_local_sumexp_ptr, row, local_stride, num_blocks, NB_P2),
-            )
+        # ---- arithmetic: every step at once
+        u32 = _uniform(seed, positions)
+        valid = raw >= 0  # false past the request's drafts too (other=-1)
+        first = tl.min(tl.where(valid, K_P2, k), 0)  # the first -1 (or past the drafts): the test stops there
+        if USE_BLOCK_VERIFICATION:
+            # Sun et al.: tau = max{i+1 : u_i <= h_i} over the steps before the first -1, in fp64
+            pi = tl.exp(log_p)
+            if HAS_DRAFT_LOGITS:
+                z = tl.sum(next_mass, 1)
+            else:
+                lse = _row_lses(m_t, s_t)
+                # L_{k+1}: the next row's LSE, a [K_P2] shift (a select, not a reload)
+                lse_next = tl.sum(tl.where(k[None, :] == k[:, None] + 1, lse[None, :], 0.0), 1)
+                z = pi * (1.0 - tl.exp(x_next.to(tl.float64) - lse_next))
+            denom = z + 1.0 - pi
+            h = tl.where(nxt >= 0, tl.where(denom > 0.0, z / denom, 1.0), pi)  # else the block's end: h = p_gamma
+            hit = (k < first) & (u32.to(tl.float64) <= h)
+            tau = tl.max(tl.where(hit, k + 1, 0), 0).to(tl.int64)
+            tl.store(out + k, token, mask=k < first)
         else:
-            # One-hot residual p(x) [x != d] (p_tau cancels under block verification): block masses
-            # are the stats partials, less d's own term in d's block; level 1 here.
-            plan = tl.full((), PLAN_ONE_HOT, tl.int32)
-            m32 = tl.load(target_local_max_ptr + row * local_stride + nb, mask=nb_mask, other=float("-inf"))
-            s = tl.load(target_local_sumexp_ptr + row * local_stride + nb, mask=nb_mask, other=0.0)
-            d_block = rejected // BLOCK
-            x_d = _gather(target_logits_ptr + row * target_logits_stride, rejected)
-            d_max = tl.load(target_local_max_ptr + row * local_stride + d_block)
-            e_d = tl.where(x_d == float("-inf"), 0.0, tl.exp(x_d - d_max)).to(tl.float64)
-            s = tl.where(nb == d_block, tl.maximum(s - e_d, 0.0), s)
-            m = m32.to(tl.float64)
-            big = tl.max(m, 0)
-            w = tl.where(m == float("-inf"), 0.0, s * tl.exp(m - big))
-            b, _ = _pick(w, u_row, NB_P2)
-            tl.store(plan_block_ptr + req, b.to(tl.int32))
-    tl.store(plan_ptr + req, plan)
+            # Leviathan et al.: accept iff log p(d) > log u + log q(d) (strict), in fp64
+            lse = _row_lses(m_t, s_t)
+            lp = x.to(tl.float64) - lse
+            lq = tl.zeros((K_P2,), dtype=tl.float64)
+            if HAS_DRAFT_LOGITS:
+                d_lse = _row_lses(m_d, s_d)
+                y = _finite_or_neg_inf(y_raw.to(tl.float32) * _inverse(temperature))
+                lq = y.to(tl.float64) - d_lse
+            if SYNTHETIC_MODE:
+                accepted = u32 < rates
+            else:
+                accepted = lp > tl.log(u32.to(tl.float64)) + lq
+            accepted = accepted & valid
+            tau = tl.min(tl.where(accepted, K_P2, k), 0).to(tl.int64)  # the first rejection, or the first -1
+            tl.store(out + k, token, mask=(k <= tau) & valid)  # the rejected draft too (the insert overwrites it)
+        tl.store(num_sampled_ptr + req, tau.to(tl.int32))
+
+        # ---- the plan for row c_r + tau, from the vectors above
+        rejected = tl.max(tl.where(k == tau, raw, -1), 0)  # -1: a placeholder, or the bonus row (tau = n)
+        plan = tl.full((), PLAN_TARGET, tl.int32)  # bonus row, or a placeholder: the plain target
+        if rejected >= 0:
+            u_row = _row_uniform(seed, _pick_row(positions, k, tau))
+            if HAS_DRAFT_LOGITS:
+                # max(p_tau p - q, 0) at row tau (p_tau = 1 outside block verification and at tau = 0)
+                plan = tl.full((), PLAN_RESIDUAL, tl.int32)
+                scale = tl.full((), 1.0, tl.float32)
+                if USE_BLOCK_VERIFICATION:
+                    if tau > 0:
+                        # the residual-mass pass has this row's block masses: level 1 here
+                        plan = tl.full((), PLAN_BLOCK_RESIDUAL, tl.int32)
+                        scale = _pick_row(pi, k, tau - 1).to(tl.float32)
+                        w = tl.sum(tl.where(k[:, None] == tau - 1, next_mass, 0.0), 0)
+                        b, _ = _pick(w, u_row, NB_P2)
+                        tl.store(plan_block_ptr + req, b.to(tl.int32))
+                    tau_lse = _pick_row(row_lse_t, k, tau)
+                    tau_d_lse = _pick_row(row_lse_d, k, tau)
+                else:
+                    tau_lse = _pick_row(lse, k, tau)
+                    tau_d_lse = _pick_row(d_lse, k, tau)
+                tl.store(plan_scale_ptr + req, scale)
+                tl.store(plan_lse_ptr + 2 * req, tau_lse)
+                tl.store(plan_lse_ptr + 2 * req + 1, tau_d_lse)
+            else:
+                # One-hot residual p(x) [x != d] (p_tau cancels under block verification): block
+                # masses are the stats partials of row tau (in the tile), less d's own term in
+                # d's block; level 1 here.
+                plan = tl.full((), PLAN_ONE_HOT, tl.int32)
+                at_tau = k[:, None] == tau
+                m32 = tl.max(tl.where(at_tau, m_t, float("-inf")), 0)
+                s = tl.sum(tl.where(at_tau, s_t, 0.0), 0)
+                d_block = rejected // BLOCK
+                x_d = _pick_row(x, k, tau)
+                d_max = tl.max(tl.where(nb == d_block, m32, float("-inf")), 0)
+                e_d = tl.where(x_d == float("-inf"), 0.0, tl.exp(x_d - d_max)).to(tl.float64)
+                s = tl.where(nb == d_block, tl.maximum(s - e_d, 0.0), s)
+                m = m32.to(tl.float64)
+                big = tl.max(m, 0)
+                w = tl.where(m == float("-inf"), 0.0, s * tl.exp(m - big))
+                b, _ = _pick(w, u_row, NB_P2)
+                tl.store(plan_block_ptr + req, b.to(tl.int32))
+        tl.store(plan_ptr + req, plan)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -909,39 +1019,56 @@ def _insert_request(
         token = _resampled_token(resampled_argmax_ptr, resampled_mass_ptr, base, num_blocks, NB_P2, CACHE)
         tl.store(sampled_ptr + req * sampled_stride + tau, token)
     elif plan != PLAN_DONE:
+        # Every load is issued as soon as its address is known, before any reduction (ptxas does
+        # not hoist a load above a shuffle or libdevice's branches): the request's rows, the
+        # log-masses and the plan's values; then its seed, position, temperature and rejected
+        # draft; then, once level 1 has picked the block, the block's target and draft logits
+        # together. Three dependent rounds after plan and tau, not six.
+        level_1_here = (plan == PLAN_TARGET) | (plan == PLAN_RESIDUAL)
+        draft_residual = (plan == PLAN_RESIDUAL) | (plan == PLAN_BLOCK_RESIDUAL)
         slot = tl.load(idx_mapping_ptr + req).to(tl.int64)
         row = tl.load(cu_num_logits_ptr + req).to(tl.int64) + tau
+        nb = tl.arange(0, NB_P2)
+        log_mass = tl.load(
+            resampled_mass_ptr + base + nb,
+            mask=(nb < num_blocks) & level_1_here,
+            other=float("-inf"),
+            cache_modifier=CACHE,
+        )
+        early_block = tl.load(
+            plan_block_ptr + req, mask=(plan == PLAN_ONE_HOT) | (plan == PLAN_BLOCK_RESIDUAL), other=0
+        )
+        if HAS_DRAFT_LOGITS:
+            scale = tl.load(plan_scale_ptr + req, mask=draft_residual, other=1.0)
+            target_lse = tl.load(plan_lse_ptr + 2 * req, mask=draft_residual, other=0.0)
+            draft_lse = tl.load(plan_lse_ptr + 2 * req + 1, mask=draft_residual, other=0.0)
+            temperature = tl.load(temperature_ptr + slot)
         seed = tl.load(seed_ptr + slot)
         position = tl.load(pos_ptr + row)
-        if (plan == PLAN_TARGET) | (plan == PLAN_RESIDUAL):
-            offs = tl.arange(0, NB_P2)
-            log_mass = tl.load(
-                resampled_mass_ptr + base + offs, mask=offs < num_blocks, other=float("-inf"), cache_modifier=CACHE
-            )
+        # the rejected draft (one-hot); row + 1 is past the batch for the last request's bonus row
+        rejected = tl.load(draft_sampled_ptr + row + 1, mask=plan == PLAN_ONE_HOT, other=-1)
+        if level_1_here:
             big = tl.max(log_mass, 0)
             w = tl.where(log_mass == float("-inf"), 0.0, tl.exp(log_mass - big))
             block, _ = _pick(w, _row_uniform(seed, position), NB_P2)
         else:
-            block = tl.load(plan_block_ptr + req)
+            block = early_block
         # ---- level 2: the chosen block's weights, recomputed, as [chunks, CHUNK]
         offs = _chunk_offsets(block, BLOCK // CHUNK, CHUNK)
         mask = offs < vocab_size
         x = tl.load(target_logits_ptr + row * target_logits_stride + offs, mask=mask, other=float("-inf"))
+        if HAS_DRAFT_LOGITS:
+            d_ptr = draft_logits_ptr + slot * draft_logits_stride_0 + tau * draft_logits_stride_1
+            y_raw = tl.load(d_ptr + offs, mask=mask & draft_residual, other=float("-inf"))
         x = _finite_or_neg_inf(x.to(tl.float32))
         block_max = tl.max(tl.max(x, 1), 0)
         r = tl.where(x == float("-inf"), 0.0, tl.exp(x - block_max))
         if plan == PLAN_ONE_HOT:
-            r = tl.where(offs == tl.load(draft_sampled_ptr + row + 1), 0.0, r)  # the rejected draft
+            r = tl.where(offs == rejected, 0.0, r)  # the rejected draft
         if HAS_DRAFT_LOGITS:
-            if (plan == PLAN_RESIDUAL) | (plan == PLAN_BLOCK_RESIDUAL):
-                temperature = tl.load(temperature_ptr + slot)
-                d_ptr = draft_logits_ptr + slot * draft_logits_stride_0 + tau * draft_logits_stride_1
-                y = _finite_or_neg_inf(
-                    tl.load(d_ptr + offs, mask=mask, other=float("-inf")).to(tl.float32) * _inverse(temperature)
-                )
-                scale = tl.load(plan_scale_ptr + req)
-                r = _residual(x, y, tl.load(plan_lse_ptr + 2 * req), tl.load(plan_lse_ptr + 2 * req + 1), scale)
-                r = tl.where(mask, r, 0.0)
+            if draft_residual:
+                y = _finite_or_neg_inf(y_raw.to(tl.float32) * _inverse(temperature))
+                r = tl.where(mask, _residual(x, y, target_lse, draft_lse, scale), 0.0)
         index, _ = _sample_block(r, _block_uniform(seed, position, block), BLOCK // CHUNK, CHUNK)
         tl.store(sampled_ptr + req * sampled_stride + tau, block.to(tl.int64) * BLOCK + index.to(tl.int64))
     tl.store(num_sampled_ptr + req, (tau + 1).to(tl.int32))
@@ -1124,8 +1251,9 @@ class Pipeline:
             cumulative_log_p_ptr=self.cumulative_log_p,
             row_lse_ptr=self.row_lse,
             HAS_DRAFT_LOGITS=self.has_draft_logits,
+            K_P2=self.k_p2,
             NB_P2=self.nb_p2,
-            num_warps=1,
+            num_warps=REQUEST_WARPS,
         )
 
     # ---- 3. residual masses of rows 1..K-1 (block verification, draft logits)
@@ -1164,13 +1292,15 @@ class Pipeline:
             **self._partials(),
             local_residual_mass_ptr=self.local_residual_mass,
             cumulative_log_p_ptr=self.cumulative_log_p,
+            row_lse_ptr=self.row_lse,
             synthetic_conditional_rates_ptr=self.rates,
             HAS_DRAFT_LOGITS=self.has_draft_logits,
             SYNTHETIC_MODE=self.synthetic,
             USE_BLOCK_VERIFICATION=self.use_block_verification,
+            K_P2=self.k_p2,
             NB_P2=self.nb_p2,
             BLOCK=SAMPLE_BLOCK,
-            num_warps=1,
+            num_warps=REQUEST_WARPS,
         )
 
     # ---- 5. block masses of the rows not known yet (with the fused insert: and the insert)
