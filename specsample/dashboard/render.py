@@ -9,6 +9,7 @@ raises :class:`~.select.MissingData`.
 
 from __future__ import annotations
 
+import io
 import math
 import re
 import textwrap
@@ -24,6 +25,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 from matplotlib.transforms import blended_transform_factory
+from PIL import Image
 
 from ..track.changepoints import release_order
 from ..track.results import commit_order
@@ -105,6 +107,17 @@ def render_figure(spec: FigureSpec, df: pd.DataFrame, context: Context | None = 
     return [(stem, fig) for stem, _, fig in drawn]
 
 
+
+def _save_png(fig: Figure, path: Path) -> None:
+    """``fig`` as a PNG of at most 256 colours (Pillow's median cut), about a third of
+    matplotlib's RGBA file: lines, markers and bands have few colours, and the committed site
+    must stay under 3 MiB with a growing history."""
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=DPI)
+    buf.seek(0)
+    with Image.open(buf) as image:
+        image.convert("RGB").quantize(colors=256).save(path, optimize=True)
+
 def render_all(
     figures: Sequence[FigureSpec],
     frames: dict[str, pd.DataFrame],
@@ -126,7 +139,7 @@ def render_all(
             continue
         files = []
         for stem, split_value, fig in drawn:
-            fig.savefig(fig_dir / f"{stem}.png", dpi=DPI)
+            _save_png(fig, fig_dir / f"{stem}.png")
             alt = spec.title + (f" — {split_value}" if split_value else "")
             files.append((f"{fig_dir.name}/{stem}.png", alt))
         rendered.append(Rendered(spec, tuple(files), "" if files else skip_reason(skipped)))
