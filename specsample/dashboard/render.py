@@ -107,7 +107,6 @@ def render_figure(spec: FigureSpec, df: pd.DataFrame, context: Context | None = 
     return [(stem, fig) for stem, _, fig in drawn]
 
 
-
 def _save_png(fig: Figure, path: Path) -> None:
     """``fig`` as a PNG of at most 256 colours (Pillow's median cut), about a third of
     matplotlib's RGBA file: lines, markers and bands have few colours, and the committed site
@@ -117,6 +116,7 @@ def _save_png(fig: Figure, path: Path) -> None:
     buf.seek(0)
     with Image.open(buf) as image:
         image.convert("RGB").quantize(colors=256).save(path, optimize=True)
+
 
 def render_all(
     figures: Sequence[FigureSpec],
