@@ -6,7 +6,7 @@ Usage (no TRITON_INTERPRET; CPU tensors only give the launch arguments):
 Each launch of one express call (small and large configurations) is captured instead of run,
 compiled with ``triton.compile`` for a CUDA 9.0 target (ptxas from Triton's bundle), and
 disassembled with the bundled ``cuobjdump``. Per kernel it prints: SASS instructions, global
-loads (LDG), fp64 instructions (D*), MUFU, warp shuffles, and "load rounds": the number of
+loads (LDG), fp64 instructions (D*), MUFU, warp shuffles, CTA barriers (BAR), and "load rounds": the number of
 global loads (in program order) issued after the code has waited on an earlier global load's
 scoreboard -- a static count of dependent memory round trips over the whole kernel, every
 branch included (a path through the kernel pays the rounds on its own path only).
@@ -87,7 +87,7 @@ def _sass(cubin: bytes) -> list[tuple[str, int]]:
         ).stdout
     out, pending = [], None
     for line in text.splitlines():
-        m = re.match(r"\s*/\*[0-9a-f]{4}\*/\s*(.*?);?\s*/\* (0x[0-9a-f]{16}) \*/", line)
+        m = re.match(r"\s*/\*[0-9a-f]{4,}\*/\s*(.*?);?\s*/\* (0x[0-9a-f]{16}) \*/", line)
         if m:
             pending = m.group(1).strip().rstrip(";").strip()
             continue
@@ -111,6 +111,7 @@ def summarise(insts):
     fp64 = sum(bool(re.match(r"D(ADD|MUL|FMA|SETP|MNMX)", o)) for o in ops)
     mufu = sum(o.startswith("MUFU") for o in ops)
     shfl = sum(o.startswith("SHFL") for o in ops)
+    bar = sum(o.startswith("BAR") for o in ops)  # CTA barriers (cross-warp reductions and scans)
     # load rounds: barriers written by LDGs still unwaited; a wait on one of them, then a new LDG,
     # starts a new round.
     ldg_barriers, waited, rounds = set(), False, 0
@@ -137,7 +138,7 @@ def summarise(insts):
             depth = max(depth, current + 1)
             if wb != 7:
                 sb_depth[wb] = max(sb_depth.get(wb, 0), current + 1)
-    return dict(sass=len(insts), ldg=n_ldg, fp64=fp64, mufu=mufu, shfl=shfl, load_rounds=rounds, load_depth=depth)
+    return dict(sass=len(insts), ldg=n_ldg, fp64=fp64, mufu=mufu, shfl=shfl, bar=bar, load_rounds=rounds, load_depth=depth)
 
 
 def timeline(insts):
