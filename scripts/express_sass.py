@@ -33,6 +33,7 @@ from specsample.workloads import Workload, make_inputs
 
 BIN = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
 TARGET = GPUTarget("cuda", 90, 32)
+SPECIALIZE = True  # --no-specialize: the unspecialized compile of the earlier notes (scalar loads)
 _DTYPES = {
     torch.float32: "fp32",
     torch.float64: "fp64",
@@ -56,7 +57,9 @@ class _Capture:
 
 
 def _compile(kernel, kwargs):
-    signature, constexprs = {}, {}
+    # As the JIT specializes a launch: pointers 16-byte aligned and integers divisible by 16 get
+    # tt.divisibility=16 (vectorized loads), an integer equal to 1 becomes a constant.
+    signature, constexprs, attrs = {}, {}, {}
     opts = {k: kwargs.pop(k) for k in ("num_warps", "num_stages") if k in kwargs}
     for i, name in enumerate(kernel.arg_names):
         value = kwargs[name]
@@ -65,15 +68,22 @@ def _compile(kernel, kwargs):
             constexprs[name] = value
         elif isinstance(value, torch.Tensor):
             signature[name] = "*" + _DTYPES[value.dtype]
+            if value.data_ptr() % 16 == 0:
+                attrs[(i,)] = [["tt.divisibility", 16]]
         elif isinstance(value, bool):
             signature[name] = "i1"
+        elif isinstance(value, int) and value == 1 and SPECIALIZE:
+            signature[name] = "constexpr"
+            constexprs[name] = 1
         elif isinstance(value, int):
             signature[name] = "i64" if abs(value) >= 2**31 else "i32"
+            if value % 16 == 0 and SPECIALIZE:
+                attrs[(i,)] = [["tt.divisibility", 16]]
         elif isinstance(value, float):
             signature[name] = "fp32"
         else:
             raise TypeError(f"{name}: {type(value)}")
-    src = ASTSource(fn=kernel, signature=signature, constexprs=constexprs)
+    src = ASTSource(fn=kernel, signature=signature, constexprs=constexprs, attrs=attrs if SPECIALIZE else None)
     return triton.compile(src, target=TARGET, options=opts)
 
 
@@ -169,7 +179,10 @@ def main(argv=None) -> None:
     ap.add_argument("--phi", type=float, default=0.0)
     ap.add_argument("--config", default="small", choices=["small", "large"])
     ap.add_argument("--dump", default=None, help="write each kernel's SASS into this folder")
+    ap.add_argument("--no-specialize", action="store_true", help="no alignment / divisibility specialization")
     args = ap.parse_args(argv)
+    global SPECIALIZE
+    SPECIALIZE = not args.no_specialize
     w = Workload(
         num_reqs=args.reqs,
         num_speculative_steps=4,
