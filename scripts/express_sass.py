@@ -33,7 +33,6 @@ from specsample.workloads import Workload, make_inputs
 
 BIN = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
 TARGET = GPUTarget("cuda", 90, 32)
-SPECIALIZE = True  # --no-specialize: the unspecialized compile of the earlier notes (scalar loads)
 _DTYPES = {
     torch.float32: "fp32",
     torch.float64: "fp64",
@@ -56,9 +55,10 @@ class _Capture:
         return launch
 
 
-def _compile(kernel, kwargs):
+def _compile(kernel, kwargs, specialize: bool = True):
     # As the JIT specializes a launch: pointers 16-byte aligned and integers divisible by 16 get
     # tt.divisibility=16 (vectorized loads), an integer equal to 1 becomes a constant.
+    # specialize=False (--no-specialize): the unspecialized compile of the earlier notes (scalar loads).
     signature, constexprs, attrs = {}, {}, {}
     opts = {k: kwargs.pop(k) for k in ("num_warps", "num_stages") if k in kwargs}
     for i, name in enumerate(kernel.arg_names):
@@ -68,22 +68,22 @@ def _compile(kernel, kwargs):
             constexprs[name] = value
         elif isinstance(value, torch.Tensor):
             signature[name] = "*" + _DTYPES[value.dtype]
-            if value.data_ptr() % 16 == 0:
+            if value.data_ptr() % 16 == 0 and specialize:
                 attrs[(i,)] = [["tt.divisibility", 16]]
         elif isinstance(value, bool):
             signature[name] = "i1"
-        elif isinstance(value, int) and value == 1 and SPECIALIZE:
+        elif isinstance(value, int) and value == 1 and specialize:
             signature[name] = "constexpr"
             constexprs[name] = 1
         elif isinstance(value, int):
             signature[name] = "i64" if abs(value) >= 2**31 else "i32"
-            if value % 16 == 0 and SPECIALIZE:
+            if value % 16 == 0 and specialize:
                 attrs[(i,)] = [["tt.divisibility", 16]]
         elif isinstance(value, float):
             signature[name] = "fp32"
         else:
             raise TypeError(f"{name}: {type(value)}")
-    src = ASTSource(fn=kernel, signature=signature, constexprs=constexprs, attrs=attrs if SPECIALIZE else None)
+    src = ASTSource(fn=kernel, signature=signature, constexprs=constexprs, attrs=attrs or None)
     return triton.compile(src, target=TARGET, options=opts)
 
 
@@ -148,7 +148,9 @@ def summarise(insts):
             depth = max(depth, current + 1)
             if wb != 7:
                 sb_depth[wb] = max(sb_depth.get(wb, 0), current + 1)
-    return dict(sass=len(insts), ldg=n_ldg, fp64=fp64, mufu=mufu, shfl=shfl, bar=bar, load_rounds=rounds, load_depth=depth)
+    return dict(
+        sass=len(insts), ldg=n_ldg, fp64=fp64, mufu=mufu, shfl=shfl, bar=bar, load_rounds=rounds, load_depth=depth
+    )
 
 
 def timeline(insts):
@@ -177,12 +179,10 @@ def main(argv=None) -> None:
     ap.add_argument("--draft", default="logits")
     ap.add_argument("--reqs", type=int, default=1)
     ap.add_argument("--phi", type=float, default=0.0)
-    ap.add_argument("--config", default="small", choices=["small", "large"])
+    ap.add_argument("--config", default="small", choices=list(express.NAMED_CONFIGS))
     ap.add_argument("--dump", default=None, help="write each kernel's SASS into this folder")
     ap.add_argument("--no-specialize", action="store_true", help="no alignment / divisibility specialization")
     args = ap.parse_args(argv)
-    global SPECIALIZE
-    SPECIALIZE = not args.no_specialize
     w = Workload(
         num_reqs=args.reqs,
         num_speculative_steps=4,
@@ -192,7 +192,7 @@ def main(argv=None) -> None:
         placeholder_density=args.phi,
     )
     inputs = make_inputs(w, device="cpu")
-    config = express.SMALL_BATCH_CONFIG if args.config == "small" else express.LARGE_BATCH_CONFIG
+    config = express.NAMED_CONFIGS[args.config]
     launches = []
     names = [n for n in dir(express) if n.endswith("_kernel") and isinstance(getattr(express, n), triton.JITFunction)]
     saved = {n: getattr(express, n) for n in names}
@@ -204,7 +204,7 @@ def main(argv=None) -> None:
         for n, k in saved.items():
             setattr(express, n, k)
     for kernel, grid, kwargs in launches:
-        compiled = _compile(kernel, dict(kwargs))
+        compiled = _compile(kernel, dict(kwargs), specialize=not args.no_specialize)
         insts = _sass(compiled.asm["cubin"])
         s = summarise(insts)
         print(f"{kernel.__name__:28s} grid={grid!s:14s} " + " ".join(f"{k}={v}" for k, v in s.items()), flush=True)
