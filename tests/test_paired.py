@@ -241,8 +241,8 @@ def test_crashed_sides_semantics_violations_and_missing_subjects_exit_2(repo, mo
         ]
     )
     # Timing is not what this test checks: on the H200 (session 10) one of the broken head's
-    # points was over 2x slower than base's (its launch then synced with the host), a regression
-    # at --min-effect 1.0 that the interpreter's slow calls hide.
+    # points was over 2x slower than base's (most likely its launch's host sync, since removed), a
+    # regression at --min-effect 1.0 that the interpreter's slow calls hide.
     printed = capsys.readouterr()
     text = out.read_text()
     assert code == 2, text
