@@ -169,29 +169,73 @@ def _pick(weights, u, SIZE: tl.constexpr):
     # Inverse CDF over non-negative fp64 weights [SIZE]: the first index whose prefix sum exceeds
     # u * total among positive weights; else the last positive weight; else 0. Returns the
     # index and the total (the block's mass at level 2).
+    # One integer min instead of a min (first hit) and a max (last positive): a hit keys k, a
+    # positive weight that is no hit keys 2*SIZE - 1 - k (in [SIZE, 2*SIZE), smallest for the
+    # last), any other 2*SIZE. The min is then the first hit, else the last positive, else none:
+    # the same index, one reduction (a cross-warp one, shuffles and barriers) fewer.
     k = tl.arange(0, SIZE)
     prefix = tl.cumsum(weights, 0)
     total = tl.sum(weights, 0)
     positive = weights > 0.0
-    first = tl.min(tl.where((prefix > u * total) & positive, k, SIZE), 0)
-    last = tl.max(tl.where(positive, k, -1), 0)
-    return tl.where(first < SIZE, first, tl.maximum(last, 0)), total
+    key = tl.where(positive, tl.where(prefix > u * total, k, 2 * SIZE - 1 - k), 2 * SIZE)
+    best = tl.min(key, 0)
+    return tl.where(best < SIZE, best, tl.where(best < 2 * SIZE, 2 * SIZE - 1 - best, 0)), total
+
+
+@triton.jit
+def _prefix_pair(incl_a, excl_a, own_a, incl_b, excl_b, own_b):
+    # Scan combine of (inclusive, exclusive) prefix sums: the exclusive sum of a segment is every
+    # term but its last. Scanning (w, 0, w) gives both prefixes of w and w itself (the last term)
+    # in one scan, all three in the scan's layout.
+    return incl_a + incl_b, incl_a + excl_b, own_b
+
+
+@triton.jit
+def _min_key_with(key_a, x_a, y_a, key_b, x_b, y_b):
+    # Reduce combine: the smaller key and the values that came with it (a tie keeps the left).
+    left = key_a <= key_b
+    return tl.where(left, key_a, key_b), tl.where(left, x_a, x_b), tl.where(left, y_a, y_b)
+
+
+@triton.jit
+def _decode(best, SIZE: tl.constexpr):
+    # _pick's packed key -> the index (first hit, else last positive, else 0).
+    return tl.where(best < SIZE, best, tl.where(best < 2 * SIZE, 2 * SIZE - 1 - best, 0))
 
 
 @triton.jit
 def _sample_block(r, v, NC: tl.constexpr, CHUNK_: tl.constexpr):
     # Level 2 over one sampling block of fp32 weights r >= 0, as [NC, CHUNK_] chunks in order,
-    # with the fp64 uniform v: a chunk by _pick over the chunk masses (fp32 sums, then fp64),
-    # then an entry of that chunk by _pick with v's remainder rescaled to the chunk. Returns the
-    # entry's index in the block and the block's mass (fp64).
+    # with the fp64 uniform v: a chunk by _pick's rule over the chunk masses (fp32 sums, then
+    # fp64), then an entry of that chunk by _pick's rule with v's remainder rescaled to the
+    # chunk, t = (v * total - mass before the chunk) / chunk mass. Returns the entry's index in
+    # the block and the block's mass (fp64).
+    #
+    # _pick's rule and arithmetic, laid out so that fewer reductions cross warps (each is
+    # shuffles, shared memory and barriers, and they run one after another): one scan gives the
+    # inclusive and exclusive prefixes of the chunk masses; the chunk's key, its mass and its
+    # exclusive prefix ("before": a sum of chunk sums, as the reference's, in the scan's order)
+    # come out of one min-reduction (they were three); and every chunk's entries get their fp64
+    # prefix, total and key inside their own warp, so the entry's pick is one min over the tile
+    # masked to row j (before: chunk j's entries reduced out of the tile across warps, converted
+    # to a vector, scanned and picked).
     chunk_mass = tl.sum(r, 1).to(tl.float64)
-    j, total = _pick(chunk_mass, v, NC)
     c = tl.arange(0, NC)
-    before = tl.sum(tl.where(c < j, chunk_mass, 0.0), 0)
-    mass_j = tl.sum(tl.where(c == j, chunk_mass, 0.0), 0)
+    incl, excl, chunk_mass = tl.associative_scan((chunk_mass, tl.zeros_like(chunk_mass), chunk_mass), 0, _prefix_pair)
+    total = tl.sum(chunk_mass, 0)
+    key = tl.where(chunk_mass > 0.0, tl.where(incl > v * total, c, 2 * NC - 1 - c), 2 * NC)
+    best, before, mass_j = tl.reduce((key, excl, chunk_mass), 0, _min_key_with)
+    j = _decode(best, NC)
     t = tl.where(mass_j > 0.0, (v * total - before) / mass_j, 0.0)
-    inner = tl.sum(tl.where(c[:, None] == j, r, 0.0), 0).to(tl.float64)
-    i, _ = _pick(inner, t, CHUNK_)
+    # entries of every chunk (only row j's keys survive the mask)
+    r64 = r.to(tl.float64)
+    inner_prefix = tl.cumsum(r64, 1)
+    inner_total = tl.sum(r64, 1, keep_dims=True)
+    k = tl.arange(0, CHUNK_)[None, :]
+    inner_key = tl.where(
+        (r64 > 0.0) & (c[:, None] == j), tl.where(inner_prefix > t * inner_total, k, 2 * CHUNK_ - 1 - k), 2 * CHUNK_
+    )
+    i = _decode(tl.min(tl.min(inner_key, 1), 0), CHUNK_)
     return j * CHUNK_ + i, total
 
 
@@ -980,6 +1024,18 @@ def _insert_kernel(
 
 
 @triton.jit
+def _target_weights(x, offs, plan, rejected):
+    # Level-2 weights of softmax(target) in one block (fp32 logits x, NaN as -inf): exp(x - block
+    # max), 0 at -inf, less the rejected draft for a one-hot residual.
+    x = _finite_or_neg_inf(x)
+    block_max = tl.max(tl.max(x, 1), 0)
+    r = tl.where(x == float("-inf"), 0.0, tl.exp(x - block_max))
+    if plan == PLAN_ONE_HOT:
+        r = tl.where(offs == rejected, 0.0, r)  # the rejected draft
+    return r
+
+
+@triton.jit
 def _insert_request(
     sampled_ptr,
     sampled_stride,
@@ -1060,15 +1116,20 @@ def _insert_request(
         if HAS_DRAFT_LOGITS:
             d_ptr = draft_logits_ptr + slot * draft_logits_stride_0 + tau * draft_logits_stride_1
             y_raw = tl.load(d_ptr + offs, mask=mask & draft_residual, other=float("-inf"))
-        x = _finite_or_neg_inf(x.to(tl.float32))
-        block_max = tl.max(tl.max(x, 1), 0)
-        r = tl.where(x == float("-inf"), 0.0, tl.exp(x - block_max))
-        if plan == PLAN_ONE_HOT:
-            r = tl.where(offs == rejected, 0.0, r)  # the rejected draft
+        x = x.to(tl.float32)
+        # A draft residual's weights need neither the block max nor exp(x - max): one cross-warp
+        # reduction and an exp per entry fewer on that path. Nor NaN -> -inf on x: a NaN target
+        # logit gives p = NaN, r = NaN and max(r, 0) = 0, as -inf gives p = 0, r = -q <= 0 and 0.
+        # (With that select right after the loads, ptxas issued the block's four 16-byte target
+        # loads one after another, each waiting for the last: three dependent rounds more.)
         if HAS_DRAFT_LOGITS:
             if draft_residual:
                 y = _finite_or_neg_inf(y_raw.to(tl.float32) * _inverse(temperature))
                 r = tl.where(mask, _residual(x, y, target_lse, draft_lse, scale), 0.0)
+            else:
+                r = _target_weights(x, offs, plan, rejected)
+        else:
+            r = _target_weights(x, offs, plan, rejected)
         index, _ = _sample_block(r, _block_uniform(seed, position, block), BLOCK // CHUNK, CHUNK)
         tl.store(sampled_ptr + req * sampled_stride + tau, block.to(tl.int64) * BLOCK + index.to(tl.int64))
     tl.store(num_sampled_ptr + req, (tau + 1).to(tl.int32))
