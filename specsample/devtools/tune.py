@@ -64,7 +64,9 @@ WORKLOADS = {
     "base-greedy-phi1": Workload(num_reqs=128, mode="greedy", placeholder_density=1.0, **BASE),
     # one-hot drafts at the base point: issue 18 goal 2's other ratios (phi=1 / phi=0)
     "base-standard-onehot-phi0": Workload(num_reqs=128, mode="standard", draft="one-hot", **BASE),
-    "base-standard-onehot-phi1": Workload(num_reqs=128, mode="standard", draft="one-hot", placeholder_density=1.0, **BASE),
+    "base-standard-onehot-phi1": Workload(
+        num_reqs=128, mode="standard", draft="one-hot", placeholder_density=1.0, **BASE
+    ),
     "base-greedy-onehot-phi0": Workload(num_reqs=128, mode="greedy", draft="one-hot", **BASE),
     "base-greedy-onehot-phi1": Workload(num_reqs=128, mode="greedy", draft="one-hot", placeholder_density=1.0, **BASE),
     "V32000-block-phi0": Workload(num_reqs=128, mode="block", num_speculative_steps=4, vocab_size=32000),

@@ -165,21 +165,31 @@ def _block_uniform(seed, position, block):
 
 
 @triton.jit
+def _encode(positive, hit, k, SIZE: tl.constexpr):
+    # _pick's packed key of index k: a hit keys k, a positive weight that is no hit keys
+    # 2*SIZE - 1 - k (in [SIZE, 2*SIZE), smallest for the last), any other 2*SIZE.
+    return tl.where(positive, tl.where(hit, k, 2 * SIZE - 1 - k), 2 * SIZE)
+
+
+@triton.jit
+def _decode(best, SIZE: tl.constexpr):
+    # The smallest packed key -> the index (first hit, else last positive, else 0).
+    return tl.where(best < SIZE, best, tl.where(best < 2 * SIZE, 2 * SIZE - 1 - best, 0))
+
+
+@triton.jit
 def _pick(weights, u, SIZE: tl.constexpr):
     # Inverse CDF over non-negative fp64 weights [SIZE]: the first index whose prefix sum exceeds
     # u * total among positive weights; else the last positive weight; else 0. Returns the
     # index and the total (the block's mass at level 2).
-    # One integer min instead of a min (first hit) and a max (last positive): a hit keys k, a
-    # positive weight that is no hit keys 2*SIZE - 1 - k (in [SIZE, 2*SIZE), smallest for the
-    # last), any other 2*SIZE. The min is then the first hit, else the last positive, else none:
-    # the same index, one reduction (a cross-warp one, shuffles and barriers) fewer.
+    # One integer min over _encode's keys instead of a min (first hit) and a max (last
+    # positive): the min is the first hit, else the last positive, else none (_decode): the same
+    # index, one reduction (a cross-warp one, shuffles and barriers) fewer.
     k = tl.arange(0, SIZE)
     prefix = tl.cumsum(weights, 0)
     total = tl.sum(weights, 0)
-    positive = weights > 0.0
-    key = tl.where(positive, tl.where(prefix > u * total, k, 2 * SIZE - 1 - k), 2 * SIZE)
-    best = tl.min(key, 0)
-    return tl.where(best < SIZE, best, tl.where(best < 2 * SIZE, 2 * SIZE - 1 - best, 0)), total
+    best = tl.min(_encode(weights > 0.0, prefix > u * total, k, SIZE), 0)
+    return _decode(best, SIZE), total
 
 
 @triton.jit
@@ -195,12 +205,6 @@ def _min_key_with(key_a, x_a, y_a, key_b, x_b, y_b):
     # Reduce combine: the smaller key and the values that came with it (a tie keeps the left).
     left = key_a <= key_b
     return tl.where(left, key_a, key_b), tl.where(left, x_a, x_b), tl.where(left, y_a, y_b)
-
-
-@triton.jit
-def _decode(best, SIZE: tl.constexpr):
-    # _pick's packed key -> the index (first hit, else last positive, else 0).
-    return tl.where(best < SIZE, best, tl.where(best < 2 * SIZE, 2 * SIZE - 1 - best, 0))
 
 
 @triton.jit
@@ -223,7 +227,7 @@ def _sample_block(r, v, NC: tl.constexpr, CHUNK_: tl.constexpr):
     c = tl.arange(0, NC)
     incl, excl, chunk_mass = tl.associative_scan((chunk_mass, tl.zeros_like(chunk_mass), chunk_mass), 0, _prefix_pair)
     total = tl.sum(chunk_mass, 0)
-    key = tl.where(chunk_mass > 0.0, tl.where(incl > v * total, c, 2 * NC - 1 - c), 2 * NC)
+    key = _encode(chunk_mass > 0.0, incl > v * total, c, NC)
     best, before, mass_j = tl.reduce((key, excl, chunk_mass), 0, _min_key_with)
     j = _decode(best, NC)
     t = tl.where(mass_j > 0.0, (v * total - before) / mass_j, 0.0)
@@ -232,9 +236,7 @@ def _sample_block(r, v, NC: tl.constexpr, CHUNK_: tl.constexpr):
     inner_prefix = tl.cumsum(r64, 1)
     inner_total = tl.sum(r64, 1, keep_dims=True)
     k = tl.arange(0, CHUNK_)[None, :]
-    inner_key = tl.where(
-        (r64 > 0.0) & (c[:, None] == j), tl.where(inner_prefix > t * inner_total, k, 2 * CHUNK_ - 1 - k), 2 * CHUNK_
-    )
+    inner_key = _encode((r64 > 0.0) & (c[:, None] == j), inner_prefix > t * inner_total, k, CHUNK_)
     i = _decode(tl.min(tl.min(inner_key, 1), 0), CHUNK_)
     return j * CHUNK_ + i, total
 
