@@ -182,6 +182,11 @@ def main(argv=None) -> None:
     ap.add_argument("--config", default="small", choices=list(express.NAMED_CONFIGS))
     ap.add_argument("--dump", default=None, help="write each kernel's SASS into this folder")
     ap.add_argument("--no-specialize", action="store_true", help="no alignment / divisibility specialization")
+    ap.add_argument(
+        "--dependent-launch",
+        action="store_true",
+        help="compile as on an sm_90 GPU with Config.dependent_launch (a CPU pipeline launches without it)",
+    )
     args = ap.parse_args(argv)
     w = Workload(
         num_reqs=args.reqs,
@@ -204,6 +209,8 @@ def main(argv=None) -> None:
         for n, k in saved.items():
             setattr(express, n, k)
     for kernel, grid, kwargs in launches:
+        if args.dependent_launch:
+            kwargs = dict(kwargs, PDL=True)
         compiled = _compile(kernel, dict(kwargs), specialize=not args.no_specialize)
         insts = _sass(compiled.asm["cubin"])
         s = summarise(insts)

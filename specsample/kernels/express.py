@@ -67,6 +67,14 @@ Kernels (grid; launched when), stage names as :data:`specsample.schema.STAGES`:
                                     R = 32 the resample kernel's last program per request does it
                                     (``Config.fused_insert``, fast's scheme and counter)
 
+Dependent launch (``Config.dependent_launch``, on an sm_90 GPU or later): every kernel after stats
+is launched with programmatic stream serialization, so its programs start while the kernel before
+still runs; they load what the call's inputs alone give (request metadata, tokens, positions, the
+drafts' logits, the rows the residual-mass pass reads), then wait (``griddepcontrol.wait``) for
+the kernel before to finish, before they read its output, store or exit. Stats, the first, is
+launched in stream order (after whatever wrote the logits). It changes when a load is issued,
+never a value.
+
 CUDA-graph capturable: every buffer is allocated in :class:`Pipeline`'s ``__init__``, and no
 launch reads anything back to the host. ``use_fp64`` is accepted and changes nothing (the
 draws already compare in fp64).
@@ -113,6 +121,9 @@ class Config:
     resample_warps: int = 4
     insert_warps: int = 4  # insert (or the resample kernel's last program): one block's level 2
     fused_insert: bool = False  # the resample kernel's last program per request inserts (fast's scheme)
+    # Programmatic dependent launch (sm_90 and up; ignored elsewhere): each kernel after stats is
+    # launched while the one before it runs, does its input-only loads, then waits for it.
+    dependent_launch: bool = True
 
     def __post_init__(self) -> None:
         for name in ("stats_blocks", "residual_blocks", "resample_blocks"):
@@ -144,6 +155,25 @@ def default_config(num_reqs: int) -> Config:
 # ---------------------------------------------------------------------------------------------
 # Device helpers: the random stream, fp64 reductions, the inverse-CDF pick
 # ---------------------------------------------------------------------------------------------
+
+
+@triton.jit
+def _launch_dependents(PDL: tl.constexpr):
+    # Programmatic dependent launch: the call's next kernel may start its programs once every
+    # program of this one has passed here (it waits in _wait_for_prior before reading our output).
+    if PDL:
+        tl.extra.cuda.gdc_launch_dependents()
+
+
+@triton.jit
+def _wait_for_prior(PDL: tl.constexpr):
+    # Wait for the call's previous kernel to finish and its stores to be visible. Every program of
+    # a dependently launched kernel passes here before it reads anything a kernel of the call
+    # wrote, before any store, and before it exits (an early exit included): so a kernel finishes
+    # only after the one before it, and the next kernel's wait covers every earlier kernel too.
+    # Loads before it read the call's inputs only (logits, tokens, positions, request metadata).
+    if PDL:
+        tl.extra.cuda.gdc_wait()
 
 
 @triton.jit
@@ -355,10 +385,14 @@ def _stats_kernel(
     GROUPS: tl.constexpr,
     SUB: tl.constexpr,
     BLOCK: tl.constexpr,
+    PDL: tl.constexpr,
 ):
     # Program (req * K + j, g): row j of request req, sampling blocks g*SUB .. g*SUB + SUB-1 as
     # one [SUB, BLOCK] tile, one partial per sampling block. A greedy request reads rows
     # j <= first placeholder (greedy writes the argmax there), the others rows j < first.
+    # The call's first kernel: launched in stream order, it lets the rejection (or cum_log_p)
+    # kernel start at once.
+    _launch_dependents(PDL)
     req = (tl.program_id(0) // GROUPS).to(tl.int64)
     j = tl.program_id(0) % GROUPS
     start, num_drafts, first = _request_rows(cu_num_logits_ptr, draft_sampled_ptr, req, K_P2)
@@ -422,13 +456,16 @@ def _cumulative_log_p_kernel(
     HAS_DRAFT_LOGITS: tl.constexpr,
     K_P2: tl.constexpr,
     NB_P2: tl.constexpr,
+    PDL: tl.constexpr,
 ):
     # log p_i = min(log p_{i-1} + log M_b(X_i) - log M_s(X_i), 0), fp64, up to the first -1 (the
     # value is carried, unchanged, through it and every later row: none of them is read). With
     # draft logits each real row's two LSEs are kept for the residual-mass pass ([N, 2] fp64).
     # As in the rejection kernel, the K rows are [K_P2] vectors: every load issued before the
     # arithmetic (tokens and partials, then the gathered logits), the LSEs one [K_P2, nb]
-    # reduction; only the prefix itself is a K-step chain, in the reference's order.
+    # reduction; only the prefix itself is a K-step chain, in the reference's order. Launched
+    # dependently: the tokens and their logits load before the wait for stats, the partials after.
+    _launch_dependents(PDL)
     req = tl.program_id(0)
     slot = tl.load(idx_mapping_ptr + req).to(tl.int64)
     start = tl.load(cu_num_logits_ptr + req).to(tl.int64)
@@ -447,6 +484,12 @@ def _cumulative_log_p_kernel(
     tile_mask = in_req[:, None] & (nb < num_blocks)[None, :]
     raw = tl.load(draft_sampled_ptr + rows + 1, mask=in_req, other=-1).to(tl.int64)
     first_draft = tl.load(draft_sampled_ptr + start + 1, mask=num_drafts > 0, other=-1)  # d_1, same round
+    token = tl.maximum(raw, 0)  # clamp: never form a pointer from -1
+    x = tl.load(target_logits_ptr + rows * target_logits_stride + token, mask=in_req, other=float("-inf"))
+    if HAS_DRAFT_LOGITS:
+        d_ptr = draft_logits_ptr + slot * draft_logits_stride_0 + k.to(tl.int64) * draft_logits_stride_1
+        y_raw = tl.load(d_ptr + token, mask=in_req, other=float("-inf"))
+    _wait_for_prior(PDL)
     m_t = tl.load(target_local_max_ptr + tile, mask=tile_mask, other=float("-inf"))
     s_t = tl.load(target_local_sumexp_ptr + tile, mask=tile_mask, other=0.0)
     if HAS_DRAFT_LOGITS:
@@ -454,14 +497,9 @@ def _cumulative_log_p_kernel(
         s_d = tl.load(draft_local_sumexp_ptr + tile, mask=tile_mask, other=0.0)
     if first_draft < 0:
         # first == 0: no real row, log p stays 0 on every row (what the chain below gives), no
-        # LSEs kept; the partials are never waited on, no logits gathered, no LSE tiles.
+        # LSEs kept; the partials are never waited on, no LSE tiles.
         tl.store(cumulative_log_p_ptr + rows, tl.zeros((K_P2,), dtype=tl.float64), mask=sampled_rows)
         return
-    token = tl.maximum(raw, 0)  # clamp: never form a pointer from -1
-    x = tl.load(target_logits_ptr + rows * target_logits_stride + token, mask=in_req, other=float("-inf"))
-    if HAS_DRAFT_LOGITS:
-        d_ptr = draft_logits_ptr + slot * draft_logits_stride_0 + k.to(tl.int64) * draft_logits_stride_1
-        y_raw = tl.load(d_ptr + token, mask=in_req, other=float("-inf"))
 
     first = tl.min(tl.where(raw >= 0, K_P2, k), 0)  # rows before the first -1 are real
     real = (k < first) & sampled_rows
@@ -507,18 +545,24 @@ def _residual_mass_kernel(
     GROUPS: tl.constexpr,
     SUB: tl.constexpr,
     BLOCK: tl.constexpr,
+    PDL: tl.constexpr,
 ):
     # Program (req * (K-1) + j - 1, g): row j >= 1 of request req, read when d_1..d_{j+1} are real
     # (the rejection kernel reads Z_{j+1} = sum_b mass[t, b] then, and level 1 picks from these
     # masses if tau lands on row j); sampling blocks g*SUB .. g*SUB + SUB-1 as one tile.
+    # Launched dependently: the row's logits load before the wait for cum_log_p, its p_j and
+    # LSEs after.
+    _launch_dependents(PDL)
     req = (tl.program_id(0) // GROUPS).to(tl.int64)
     j = 1 + tl.program_id(0) % GROUPS
     start, num_drafts, first = _request_rows(cu_num_logits_ptr, draft_sampled_ptr, req, K_P2)
     if j >= first:
+        _wait_for_prior(PDL)
         return
     slot = tl.load(idx_mapping_ptr + req).to(tl.int64)
     temperature = tl.load(temperature_ptr + slot)
     if temperature == 0.0:
+        _wait_for_prior(PDL)
         return
     row = start + j
     blocks = tl.program_id(1) * SUB + tl.arange(0, SUB)
@@ -527,6 +571,7 @@ def _residual_mass_kernel(
     x = tl.load(target_logits_ptr + row * target_logits_stride + offs, mask=mask, other=float("-inf"))
     d_ptr = draft_logits_ptr + slot * draft_logits_stride_0 + j.to(tl.int64) * draft_logits_stride_1
     y = tl.load(d_ptr + offs, mask=mask, other=float("-inf"))
+    _wait_for_prior(PDL)
     scale = tl.exp(tl.load(cumulative_log_p_ptr + row - 1)).to(tl.float32)  # p_j
     x = _finite_or_neg_inf(x.to(tl.float32))
     y = _finite_or_neg_inf(y.to(tl.float32) * _inverse(temperature))
@@ -577,16 +622,20 @@ def _rejection_kernel(
     K_P2: tl.constexpr,
     NB_P2: tl.constexpr,
     BLOCK: tl.constexpr,
+    PDL: tl.constexpr,
 ):
     # One program per request. A sampled request tests its K drafts as [K_P2] vectors, not step
     # by step: every load the test needs is issued before any arithmetic (ptxas does not hoist a
     # load above the branches of libdevice's fp64 exp / log or of a warp shuffle, so a load after
-    # a reduction costs a dependent memory round of its own), three rounds in all -- the request's
-    # rows; the tokens, positions and [K_P2, nb] partials; the gathered logits -- and the fp64
-    # LSEs of all K rows are one [K_P2, nb] reduction over the program's warps. The plan reuses
+    # a reduction costs a dependent memory round of its own), four rounds in all -- the request's
+    # rows; the tokens and positions; the gathered logits; after the wait for the kernel before
+    # (dependent launch), its [K_P2, nb] partials -- and the fp64 LSEs of all K rows are one
+    # [K_P2, nb] reduction over the program's warps. The first three rounds read the call's
+    # inputs only, so with a dependent launch they overlap the kernel before. The plan reuses
     # the rejected row's LSEs, partials and logits (selected from the vectors, no reload). Steps
     # past a rejection are computed and thrown away: no load past the request's rows, and only
     # the acceptance test's arithmetic, which is what a [K_P2] vector costs anyway.
+    _launch_dependents(PDL)
     req = tl.program_id(0).to(tl.int64)
     slot = tl.load(idx_mapping_ptr + req).to(tl.int64)
     start = tl.load(cu_num_logits_ptr + req).to(tl.int64)
@@ -598,8 +647,8 @@ def _rejection_kernel(
     nb = tl.arange(0, NB_P2)
     nb_mask = nb < num_blocks
 
-    # ---- round 2: tokens, positions, partials (each needs only the request's rows), issued with
-    # the temperature's load, before the greedy branch (a greedy request's are unused)
+    # ---- round 2: tokens and positions (each needs only the request's rows), issued with the
+    # temperature's load, before the greedy branch (a greedy request's are unused)
     k = tl.arange(0, K_P2)
     in_req = k < num_drafts
     rows = start + k
@@ -608,12 +657,33 @@ def _rejection_kernel(
     # scalar test, taken before anything waits on the partials -- no reduction over raw needed
     first_draft = tl.load(draft_sampled_ptr + start + 1, mask=num_drafts > 0, other=-1)
     positions = tl.load(pos_ptr + rows, mask=in_req, other=0)
+    if USE_BLOCK_VERIFICATION:
+        has_next = k < num_drafts - 1
+        nxt = tl.load(draft_sampled_ptr + rows + 2, mask=has_next, other=-1).to(tl.int64)  # d_{k+2}
+    if SYNTHETIC_MODE:
+        rates = tl.load(synthetic_conditional_rates_ptr + k, mask=in_req, other=0.0)
+    # ---- round 3: the drafts' logits (clamped: never a pointer from -1)
+    token = tl.maximum(raw, 0)
+    if (not USE_BLOCK_VERIFICATION) or (not HAS_DRAFT_LOGITS):
+        x_raw = tl.load(target_logits_ptr + rows * target_logits_stride + token, mask=in_req, other=float("-inf"))
+    if USE_BLOCK_VERIFICATION:
+        if not HAS_DRAFT_LOGITS:
+            # d_{k+2}'s target logit on row k + 1 (one-hot: Z_{k+1} = p_k (1 - M_b(d)))
+            x_next_raw = tl.load(
+                target_logits_ptr + (rows + 1) * target_logits_stride + tl.maximum(nxt, 0),
+                mask=has_next,
+                other=float("-inf"),
+            )
+    elif HAS_DRAFT_LOGITS:
+        d_ptr = draft_logits_ptr + slot * draft_logits_stride_0 + k.to(tl.int64) * draft_logits_stride_1
+        y_raw = tl.load(d_ptr + token, mask=in_req, other=float("-inf"))
+
+    # ---- round 4, once the kernel before has finished: what the earlier kernels wrote
+    _wait_for_prior(PDL)
     tile = rows[:, None] * local_stride + nb[None, :]
     tile_mask = in_req[:, None] & nb_mask[None, :]
     if USE_BLOCK_VERIFICATION:
         log_p = tl.load(cumulative_log_p_ptr + rows, mask=in_req, other=0.0)
-        has_next = k < num_drafts - 1
-        nxt = tl.load(draft_sampled_ptr + rows + 2, mask=has_next, other=-1).to(tl.int64)  # d_{k+2}
         if HAS_DRAFT_LOGITS:
             # Z_{k+1} = sum_b residual mass of row k + 1, and the [N, 2] LSEs cum_log_p kept
             next_mass = tl.load(
@@ -630,8 +700,6 @@ def _rejection_kernel(
         if HAS_DRAFT_LOGITS:
             m_d = tl.load(draft_local_max_ptr + tile, mask=tile_mask, other=float("-inf"))
             s_d = tl.load(draft_local_sumexp_ptr + tile, mask=tile_mask, other=0.0)
-        if SYNTHETIC_MODE:
-            rates = tl.load(synthetic_conditional_rates_ptr + k, mask=in_req, other=0.0)
     if is_greedy:
         tau = tl.zeros((), dtype=tl.int64)
         verifying = tl.full((), 1, dtype=tl.int1)
@@ -657,31 +725,15 @@ def _rejection_kernel(
     elif first_draft < 0:
         # d_1 is a placeholder (or there is no draft): tau = 0, nothing accepted, and row c_r's
         # plan is the plain target (what the vector path below gives at first == 0). The
-        # partials, loaded above, are never waited on; no gathered logits, no LSE tiles.
+        # partials and gathered logits, loaded above, are never waited on; no LSE tiles.
         tl.store(num_sampled_ptr + req, 0)
         tl.store(plan_ptr + req, PLAN_TARGET)
     else:
-        # ---- round 3: the drafts' logits (clamped: never a pointer from -1)
-        token = tl.maximum(raw, 0)
         if (not USE_BLOCK_VERIFICATION) or (not HAS_DRAFT_LOGITS):
-            x = _finite_or_neg_inf(
-                tl.load(target_logits_ptr + rows * target_logits_stride + token, mask=in_req, other=float("-inf")).to(
-                    tl.float32
-                )
-            )
+            x = _finite_or_neg_inf(x_raw.to(tl.float32))
         if USE_BLOCK_VERIFICATION:
             if not HAS_DRAFT_LOGITS:
-                # d_{k+2}'s target logit on row k + 1 (one-hot: Z_{k+1} = p_k (1 - M_b(d)))
-                x_next = _finite_or_neg_inf(
-                    tl.load(
-                        target_logits_ptr + (rows + 1) * target_logits_stride + tl.maximum(nxt, 0),
-                        mask=has_next,
-                        other=float("-inf"),
-                    ).to(tl.float32)
-                )
-        elif HAS_DRAFT_LOGITS:
-            d_ptr = draft_logits_ptr + slot * draft_logits_stride_0 + k.to(tl.int64) * draft_logits_stride_1
-            y_raw = tl.load(d_ptr + token, mask=in_req, other=float("-inf"))
+                x_next = _finite_or_neg_inf(x_next_raw.to(tl.float32))
 
         # ---- arithmetic: every step at once
         u32 = _uniform(seed, positions)
@@ -802,14 +854,18 @@ def _resample_kernel(
     SUB: tl.constexpr,
     NB_P2: tl.constexpr,
     BLOCK: tl.constexpr,
+    PDL: tl.constexpr,
 ):
     # Program (r, g): sampling blocks g*SUB .. g*SUB + SUB-1 of request r's row c_r + tau, for the
     # plans whose block masses are not known yet: log-masses of softmax(target) (bonus /
     # placeholder row) or of max(p - q, 0) (draft residual), or the block argmaxes of a greedy
     # bonus row, into [R, nb]. With FUSED_INSERT the request's last program to finish then does
     # the insert kernel's work: each program counts itself done in num_sampled's high 16 bits
-    # (tau stays in the low 16), as fast does.
+    # (tau stays in the low 16), as fast does. Launched dependently, it has nothing of its own to
+    # load before the rejection kernel's plan: its launch is what overlaps the kernel before.
+    _launch_dependents(PDL)
     req = tl.program_id(0).to(tl.int64)
+    _wait_for_prior(PDL)
     plan = tl.load(plan_ptr + req)
     tau = tl.load(num_sampled_ptr + req)
     if FUSED_INSERT:
@@ -990,8 +1046,11 @@ def _insert_kernel(
     HAS_DRAFT_LOGITS: tl.constexpr,
     NB_P2: tl.constexpr,
     BLOCK: tl.constexpr,
+    PDL: tl.constexpr,
 ):
+    _launch_dependents(PDL)
     req = tl.program_id(0).to(tl.int64)
+    _wait_for_prior(PDL)
     _insert_request(
         sampled_ptr,
         sampled_stride,
@@ -1187,6 +1246,11 @@ class Pipeline:
         self.synthetic = synthetic_conditional_rates is not None
         self.config = config or default_config(self.num_reqs)
         device = target_logits.device
+        # Programmatic dependent launch needs sm_90 (Hopper) or later; on CPU (Triton's
+        # interpreter) and older GPUs the kernels run in plain stream order, the same draws.
+        self.dependent_launch = (
+            self.config.dependent_launch and device.type == "cuda" and torch.cuda.get_device_capability(device)[0] >= 9
+        )
         if self.config.fused_insert and (triton.cdiv(vocab_size, SAMPLE_BLOCK) >= 1 << 15 or self.k >= 1 << 15):
             # the fused insert counts programs in num_sampled's high 16 bits, tau in the low ones
             raise ValueError(f"express: V={vocab_size} or K={self.k} is too large for Config.fused_insert")
@@ -1299,6 +1363,7 @@ class Pipeline:
             GROUPS=self.k,
             SUB=c.stats_blocks,
             BLOCK=SAMPLE_BLOCK,
+            PDL=self.dependent_launch,
             num_warps=c.stats_warps,
         )
 
@@ -1316,7 +1381,9 @@ class Pipeline:
             HAS_DRAFT_LOGITS=self.has_draft_logits,
             K_P2=self.k_p2,
             NB_P2=self.nb_p2,
+            PDL=self.dependent_launch,
             num_warps=REQUEST_WARPS,
+            launch_pdl=self.dependent_launch,
         )
 
     # ---- 3. residual masses of rows 1..K-1 (block verification, draft logits)
@@ -1338,7 +1405,9 @@ class Pipeline:
             GROUPS=self.k - 1,
             SUB=c.residual_blocks,
             BLOCK=SAMPLE_BLOCK,
+            PDL=self.dependent_launch,
             num_warps=c.residual_warps,
+            launch_pdl=self.dependent_launch,
         )
 
     # ---- 4. accept/reject: tau into num_sampled; the plan, and level 1 where masses are known
@@ -1363,7 +1432,9 @@ class Pipeline:
             K_P2=self.k_p2,
             NB_P2=self.nb_p2,
             BLOCK=SAMPLE_BLOCK,
+            PDL=self.dependent_launch,
             num_warps=REQUEST_WARPS,
+            launch_pdl=self.dependent_launch,
         )
 
     # ---- 5. block masses of the rows not known yet (with the fused insert: and the insert)
@@ -1389,7 +1460,9 @@ class Pipeline:
             SUB=c.resample_blocks,
             NB_P2=self.nb_p2,
             BLOCK=SAMPLE_BLOCK,
+            PDL=self.dependent_launch,
             num_warps=c.resample_warps,
+            launch_pdl=self.dependent_launch,
         )
 
     # ---- 6. level 1 where not drawn yet, level 2 in the chosen block; num_sampled = tau + 1
@@ -1410,7 +1483,9 @@ class Pipeline:
             HAS_DRAFT_LOGITS=self.has_draft_logits,
             NB_P2=self.nb_p2,
             BLOCK=SAMPLE_BLOCK,
+            PDL=self.dependent_launch,
             num_warps=self.config.insert_warps,
+            launch_pdl=self.dependent_launch,
         )
 
 
