@@ -487,6 +487,8 @@ def test_default_config_follows_the_batch_size():
         express.default_config(1) == express.default_config(express.SMALL_BATCH_BELOW - 1) == express.SMALL_BATCH_CONFIG
     )
     assert express.default_config(express.SMALL_BATCH_BELOW) == express.LARGE_BATCH_CONFIG
+    # with dependent launch (an sm_90 GPU) the large configuration at every R
+    assert express.default_config(1, dependent_launch=True) == express.LARGE_BATCH_CONFIG
     assert express.SMALL_BATCH_CONFIG.fused_insert and not express.LARGE_BATCH_CONFIG.fused_insert
     stages = [name for name, _ in express.Pipeline(**make_inputs(Workload(num_reqs=2, vocab_size=V))).stages()]
     assert stages == ["stats", "rejection", "resample"]

@@ -147,9 +147,21 @@ NAMED_CONFIGS = {"large": LARGE_BATCH_CONFIG, "small": SMALL_BATCH_CONFIG}
 REQUEST_WARPS = 4
 
 
-def default_config(num_reqs: int) -> Config:
-    """The configuration used when none is given (R is known on the host: no device sync)."""
-    return SMALL_BATCH_CONFIG if num_reqs < SMALL_BATCH_BELOW else LARGE_BATCH_CONFIG
+def supports_dependent_launch(device: torch.device) -> bool:
+    """Programmatic dependent launch: an sm_90 (Hopper) GPU or later; not on CPU (the interpreter)."""
+    return device.type == "cuda" and torch.cuda.get_device_capability(device)[0] >= 9
+
+
+def default_config(num_reqs: int, dependent_launch: bool = False) -> Config:
+    """The configuration used when none is given (R is known on the host: no device sync).
+
+    With dependent launch the large configuration at every R: the insert kernel's launch then
+    overlaps the resample kernel, and the fused insert's count costs more than it saves (tune,
+    session 12: standard R=1 18.2 us large against 19.0 small). Without it, ``small`` below
+    :data:`SMALL_BATCH_BELOW` requests."""
+    if dependent_launch or num_reqs >= SMALL_BATCH_BELOW:
+        return LARGE_BATCH_CONFIG
+    return SMALL_BATCH_CONFIG
 
 
 # ---------------------------------------------------------------------------------------------
@@ -160,7 +172,10 @@ def default_config(num_reqs: int) -> Config:
 @triton.jit
 def _launch_dependents(PDL: tl.constexpr):
     # Programmatic dependent launch: the call's next kernel may start its programs once every
-    # program of this one has passed here (it waits in _wait_for_prior before reading our output).
+    # program of this one has passed here or exited (it waits in _wait_for_prior before reading
+    # our output). Only programs with work call it (an exit counts as the trigger): first in
+    # every program, exit-only ones included, it made the large stats kernel at phi = 1 (3 in 4
+    # of its 39k programs exit at once) 13.7 -> 24.9 us on the H200 (notes/performance.md).
     if PDL:
         tl.extra.cuda.gdc_launch_dependents()
 
@@ -391,8 +406,7 @@ def _stats_kernel(
     # one [SUB, BLOCK] tile, one partial per sampling block. A greedy request reads rows
     # j <= first placeholder (greedy writes the argmax there), the others rows j < first.
     # The call's first kernel: launched in stream order, it lets the rejection (or cum_log_p)
-    # kernel start at once.
-    _launch_dependents(PDL)
+    # kernel start as soon as its last programs with work have started.
     req = (tl.program_id(0) // GROUPS).to(tl.int64)
     j = tl.program_id(0) % GROUPS
     start, num_drafts, first = _request_rows(cu_num_logits_ptr, draft_sampled_ptr, req, K_P2)
@@ -401,6 +415,7 @@ def _stats_kernel(
     num_read = tl.where(temperature == 0.0, tl.minimum(first + 1, num_drafts), first)
     if j >= num_read:
         return
+    _launch_dependents(PDL)
     row = start + j
     blocks = tl.program_id(1) * SUB + tl.arange(0, SUB)
     offs = blocks[:, None] * BLOCK + tl.arange(0, BLOCK)[None, :]
@@ -552,7 +567,6 @@ def _residual_mass_kernel(
     # masses if tau lands on row j); sampling blocks g*SUB .. g*SUB + SUB-1 as one tile.
     # Launched dependently: the row's logits load before the wait for cum_log_p, its p_j and
     # LSEs after.
-    _launch_dependents(PDL)
     req = (tl.program_id(0) // GROUPS).to(tl.int64)
     j = 1 + tl.program_id(0) % GROUPS
     start, num_drafts, first = _request_rows(cu_num_logits_ptr, draft_sampled_ptr, req, K_P2)
@@ -564,6 +578,7 @@ def _residual_mass_kernel(
     if temperature == 0.0:
         _wait_for_prior(PDL)
         return
+    _launch_dependents(PDL)
     row = start + j
     blocks = tl.program_id(1) * SUB + tl.arange(0, SUB)
     offs = blocks[:, None] * BLOCK + tl.arange(0, BLOCK)[None, :]
@@ -863,7 +878,6 @@ def _resample_kernel(
     # the insert kernel's work: each program counts itself done in num_sampled's high 16 bits
     # (tau stays in the low 16), as fast does. Launched dependently, it has nothing of its own to
     # load before the rejection kernel's plan: its launch is what overlaps the kernel before.
-    _launch_dependents(PDL)
     req = tl.program_id(0).to(tl.int64)
     _wait_for_prior(PDL)
     plan = tl.load(plan_ptr + req)
@@ -875,6 +889,7 @@ def _resample_kernel(
     if not FUSED_INSERT:
         if work == 0:
             return
+        _launch_dependents(PDL)
         _block_masses(
             resampled_mass_ptr,
             resampled_argmax_ptr,
@@ -899,6 +914,7 @@ def _resample_kernel(
         )
     else:
         if work:
+            _launch_dependents(PDL)
             _block_masses(
                 resampled_mass_ptr,
                 resampled_argmax_ptr,
@@ -1244,13 +1260,12 @@ class Pipeline:
             vocab_size = min(vocab_size, draft_logits.shape[-1])
         self.vocab_size = vocab_size
         self.synthetic = synthetic_conditional_rates is not None
-        self.config = config or default_config(self.num_reqs)
         device = target_logits.device
         # Programmatic dependent launch needs sm_90 (Hopper) or later; on CPU (Triton's
         # interpreter) and older GPUs the kernels run in plain stream order, the same draws.
-        self.dependent_launch = (
-            self.config.dependent_launch and device.type == "cuda" and torch.cuda.get_device_capability(device)[0] >= 9
-        )
+        can_launch_dependently = supports_dependent_launch(device)
+        self.config = config or default_config(self.num_reqs, can_launch_dependently)
+        self.dependent_launch = self.config.dependent_launch and can_launch_dependently
         if self.config.fused_insert and (triton.cdiv(vocab_size, SAMPLE_BLOCK) >= 1 << 15 or self.k >= 1 << 15):
             # the fused insert counts programs in num_sampled's high 16 bits, tau in the low ones
             raise ValueError(f"express: V={vocab_size} or K={self.k} is too large for Config.fused_insert")
