@@ -62,10 +62,11 @@ Kernels (grid; launched when), stage names as :data:`specsample.schema.STAGES`:
 5. ``resample``       (R, nb/S)     always: block masses of the bonus / placeholder row or of the
                                     draft residual (or block argmaxes of a greedy bonus row);
                                     every other plan's programs exit at once
-6. ``insert``         (R,)          from R = 32 up: level 1 where not yet drawn, level 2 in the
-                                    chosen block (one block read), num_sampled = tau + 1. Below
-                                    R = 32 the resample kernel's last program per request does it
-                                    (``Config.fused_insert``, fast's scheme and counter)
+6. ``insert``         (R,)          large configuration (every R with dependent launch, else from
+                                    R = 32 up): level 1 where not yet drawn, level 2 in the chosen
+                                    block (one block read), num_sampled = tau + 1. In the small
+                                    configuration the resample kernel's last program per request
+                                    does it (``Config.fused_insert``, fast's scheme and counter)
 
 Dependent launch (``Config.dependent_launch``, on an sm_90 GPU or later): every kernel after stats
 is launched with programmatic stream serialization, so its programs start while the kernel before
@@ -174,8 +175,9 @@ def _launch_dependents(PDL: tl.constexpr):
     # Programmatic dependent launch: the call's next kernel may start its programs once every
     # program of this one has passed here or exited (it waits in _wait_for_prior before reading
     # our output). Only programs with work call it (an exit counts as the trigger): first in
-    # every program, exit-only ones included, it made the large stats kernel at phi = 1 (3 in 4
-    # of its 39k programs exit at once) 13.7 -> 24.9 us on the H200 (notes/performance.md).
+    # every program, exit-only ones included, it made the large stats kernel at phi = 1 (R = 128,
+    # standard: all of its 19k programs exit at once) 13.7 -> 24.9 us on the H200
+    # (notes/performance.md, session 12).
     if PDL:
         tl.extra.cuda.gdc_launch_dependents()
 
