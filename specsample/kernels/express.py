@@ -116,6 +116,7 @@ class Config:
 
     stats_blocks: int = 2  # sampling blocks per stats program (4096 entries: fast's large-batch stats)
     stats_warps: int = 4
+    stats_loop: int = 1  # stats tiles per program, one after another (fewer exit-only programs)
     residual_blocks: int = 2  # sampling blocks per residual-mass program (fast's 4096)
     residual_warps: int = 4
     resample_blocks: int = 1  # sampling blocks per resample program (fast's 2048)
@@ -130,6 +131,8 @@ class Config:
         for name in ("stats_blocks", "residual_blocks", "resample_blocks"):
             if getattr(self, name) not in (1, 2, 4, 8):
                 raise ValueError(f"{name}: expected 1, 2, 4 or 8, got {getattr(self, name)}")
+        if self.stats_loop not in (1, 2, 4, 8, 16, 32, 64):
+            raise ValueError(f"stats_loop: expected a power of two in [1, 64], got {self.stats_loop}")
         for name in ("stats_warps", "residual_warps", "resample_warps", "insert_warps"):
             if getattr(self, name) not in (1, 2, 4, 8, 16, 32):
                 raise ValueError(f"{name}: expected a power of two in [1, 32], got {getattr(self, name)}")
@@ -401,12 +404,15 @@ def _stats_kernel(
     K_P2: tl.constexpr,
     GROUPS: tl.constexpr,
     SUB: tl.constexpr,
+    LOOP: tl.constexpr,
     BLOCK: tl.constexpr,
     PDL: tl.constexpr,
 ):
-    # Program (req * K + j, g): row j of request req, sampling blocks g*SUB .. g*SUB + SUB-1 as
-    # one [SUB, BLOCK] tile, one partial per sampling block. A greedy request reads rows
-    # j <= first placeholder (greedy writes the argmax there), the others rows j < first.
+    # Program (req * K + j, g): row j of request req, LOOP tiles one after another, tile t being
+    # sampling blocks (g*LOOP + t)*SUB .. + SUB-1 as one [SUB, BLOCK] tile, one partial per
+    # sampling block (LOOP > 1: fewer programs launched for rows nobody reads, the same tile and
+    # registers). A greedy request reads rows j <= first placeholder (greedy writes the argmax
+    # there), the others rows j < first.
     # The call's first kernel: launched in stream order, it lets the rejection (or cum_log_p)
     # kernel start as soon as its last programs with work have started.
     req = (tl.program_id(0) // GROUPS).to(tl.int64)
@@ -419,31 +425,32 @@ def _stats_kernel(
         return
     _launch_dependents(PDL)
     row = start + j
-    blocks = tl.program_id(1) * SUB + tl.arange(0, SUB)
-    offs = blocks[:, None] * BLOCK + tl.arange(0, BLOCK)[None, :]
-    vmask = offs < vocab_size
-    x = tl.load(target_logits_ptr + row * target_logits_stride + offs, mask=vmask, other=float("-inf"))
-    if HAS_DRAFT_LOGITS:
-        # Issued with the target's load (fast's early draft load); nothing for a greedy row.
-        d_ptrs = draft_logits_ptr + slot * draft_logits_stride_0 + j.to(tl.int64) * draft_logits_stride_1 + offs
-        y_raw = tl.load(d_ptrs, mask=offs < tl.where(temperature != 0.0, vocab_size, 0), other=float("-inf"))
-    x = _finite_or_neg_inf(x.to(tl.float32))
-    block_max = tl.max(x, 1)
-    out = row * local_stride + blocks
-    bmask = blocks < num_blocks
-    tl.store(target_local_max_ptr + out, block_max, mask=bmask)
-    if temperature == 0.0:
-        arg = tl.argmax(x, 1, tie_break_left=True)
-        tl.store(target_local_argmax_ptr + out, blocks.to(tl.int64) * BLOCK + arg.to(tl.int64), mask=bmask)
-    else:
-        e = tl.where(x == float("-inf"), 0.0, tl.exp(x - block_max[:, None]))
-        tl.store(target_local_sumexp_ptr + out, _chunked_sum(e, SUB, BLOCK), mask=bmask)
+    for t in range(LOOP):
+        blocks = (tl.program_id(1) * LOOP + t) * SUB + tl.arange(0, SUB)
+        offs = blocks[:, None] * BLOCK + tl.arange(0, BLOCK)[None, :]
+        vmask = offs < vocab_size
+        x = tl.load(target_logits_ptr + row * target_logits_stride + offs, mask=vmask, other=float("-inf"))
         if HAS_DRAFT_LOGITS:
-            y = _finite_or_neg_inf(y_raw.to(tl.float32) * _inverse(temperature))
-            d_max = tl.max(y, 1)
-            ey = tl.where(y == float("-inf"), 0.0, tl.exp(y - d_max[:, None]))
-            tl.store(draft_local_max_ptr + out, d_max, mask=bmask)
-            tl.store(draft_local_sumexp_ptr + out, _chunked_sum(ey, SUB, BLOCK), mask=bmask)
+            # Issued with the target's load (fast's early draft load); nothing for a greedy row.
+            d_ptrs = draft_logits_ptr + slot * draft_logits_stride_0 + j.to(tl.int64) * draft_logits_stride_1 + offs
+            y_raw = tl.load(d_ptrs, mask=offs < tl.where(temperature != 0.0, vocab_size, 0), other=float("-inf"))
+        x = _finite_or_neg_inf(x.to(tl.float32))
+        block_max = tl.max(x, 1)
+        out = row * local_stride + blocks
+        bmask = blocks < num_blocks
+        tl.store(target_local_max_ptr + out, block_max, mask=bmask)
+        if temperature == 0.0:
+            arg = tl.argmax(x, 1, tie_break_left=True)
+            tl.store(target_local_argmax_ptr + out, blocks.to(tl.int64) * BLOCK + arg.to(tl.int64), mask=bmask)
+        else:
+            e = tl.where(x == float("-inf"), 0.0, tl.exp(x - block_max[:, None]))
+            tl.store(target_local_sumexp_ptr + out, _chunked_sum(e, SUB, BLOCK), mask=bmask)
+            if HAS_DRAFT_LOGITS:
+                y = _finite_or_neg_inf(y_raw.to(tl.float32) * _inverse(temperature))
+                d_max = tl.max(y, 1)
+                ey = tl.where(y == float("-inf"), 0.0, tl.exp(y - d_max[:, None]))
+                tl.store(draft_local_max_ptr + out, d_max, mask=bmask)
+                tl.store(draft_local_sumexp_ptr + out, _chunked_sum(ey, SUB, BLOCK), mask=bmask)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1366,7 +1373,8 @@ class Pipeline:
     # ---- 1. block stats of the rows something reads: (R * K, nb / stats_blocks) programs
     def _stats(self) -> None:
         c = self.config
-        _stats_kernel[(self.num_reqs * self.k, triton.cdiv(self.num_blocks, c.stats_blocks))](
+        tiles = triton.cdiv(self.num_blocks, c.stats_blocks)
+        _stats_kernel[(self.num_reqs * self.k, triton.cdiv(tiles, c.stats_loop))](
             **self._logits(),
             draft_sampled_ptr=self.draft_sampled,
             cu_num_logits_ptr=self.cu_num_logits,
@@ -1379,6 +1387,7 @@ class Pipeline:
             K_P2=self.k_p2,
             GROUPS=self.k,
             SUB=c.stats_blocks,
+            LOOP=c.stats_loop,
             BLOCK=SAMPLE_BLOCK,
             PDL=self.dependent_launch,
             num_warps=c.stats_warps,
