@@ -120,6 +120,7 @@ class Config:
     residual_blocks: int = 2  # sampling blocks per residual-mass program (fast's 4096)
     residual_warps: int = 4
     resample_blocks: int = 1  # sampling blocks per resample program (fast's 2048)
+    resample_loop: int = 1  # resample tiles per program, one after another (fewer exit-only programs)
     resample_warps: int = 4
     insert_warps: int = 4  # insert (or the resample kernel's last program): one block's level 2
     fused_insert: bool = False  # the resample kernel's last program per request inserts (fast's scheme)
@@ -131,8 +132,9 @@ class Config:
         for name in ("stats_blocks", "residual_blocks", "resample_blocks"):
             if getattr(self, name) not in (1, 2, 4, 8):
                 raise ValueError(f"{name}: expected 1, 2, 4 or 8, got {getattr(self, name)}")
-        if self.stats_loop not in (1, 2, 4, 8, 16, 32, 64):
-            raise ValueError(f"stats_loop: expected a power of two in [1, 64], got {self.stats_loop}")
+        for name in ("stats_loop", "resample_loop"):
+            if getattr(self, name) not in (1, 2, 4, 8, 16, 32, 64):
+                raise ValueError(f"{name}: expected a power of two in [1, 64], got {getattr(self, name)}")
         for name in ("stats_warps", "residual_warps", "resample_warps", "insert_warps"):
             if getattr(self, name) not in (1, 2, 4, 8, 16, 32):
                 raise ValueError(f"{name}: expected a power of two in [1, 32], got {getattr(self, name)}")
@@ -876,12 +878,14 @@ def _resample_kernel(
     FUSED_INSERT: tl.constexpr,
     NUM_PROGRAMS: tl.constexpr,
     SUB: tl.constexpr,
+    LOOP: tl.constexpr,
     NB_P2: tl.constexpr,
     BLOCK: tl.constexpr,
     PDL: tl.constexpr,
 ):
-    # Program (r, g): sampling blocks g*SUB .. g*SUB + SUB-1 of request r's row c_r + tau, for the
-    # plans whose block masses are not known yet: log-masses of softmax(target) (bonus /
+    # Program (r, g): LOOP tiles of SUB sampling blocks, one after another (tile g*LOOP + t:
+    # blocks (g*LOOP + t)*SUB ..), of request r's row c_r + tau, for the plans whose block masses
+    # are not known yet: log-masses of softmax(target) (bonus /
     # placeholder row) or of max(p - q, 0) (draft residual), or the block argmaxes of a greedy
     # bonus row, into [R, nb]. With FUSED_INSERT the request's last program to finish then does
     # the insert kernel's work: each program counts itself done in num_sampled's high 16 bits
@@ -899,31 +903,7 @@ def _resample_kernel(
         if work == 0:
             return
         _launch_dependents(PDL)
-        _block_masses(
-            resampled_mass_ptr,
-            resampled_argmax_ptr,
-            req * resampled_stride,
-            num_blocks,
-            plan_lse_ptr,
-            target_logits_ptr,
-            target_logits_stride,
-            draft_logits_ptr,
-            draft_logits_stride_0,
-            draft_logits_stride_1,
-            cu_num_logits_ptr,
-            idx_mapping_ptr,
-            temperature_ptr,
-            vocab_size,
-            req,
-            plan,
-            tau,
-            HAS_DRAFT_LOGITS,
-            SUB,
-            BLOCK,
-        )
-    else:
-        if work:
-            _launch_dependents(PDL)
+        for t in range(LOOP):
             _block_masses(
                 resampled_mass_ptr,
                 resampled_argmax_ptr,
@@ -940,12 +920,40 @@ def _resample_kernel(
                 temperature_ptr,
                 vocab_size,
                 req,
+                tl.program_id(1) * LOOP + t,
                 plan,
                 tau,
                 HAS_DRAFT_LOGITS,
                 SUB,
                 BLOCK,
             )
+    else:
+        if work:
+            _launch_dependents(PDL)
+            for t in range(LOOP):
+                _block_masses(
+                    resampled_mass_ptr,
+                    resampled_argmax_ptr,
+                    req * resampled_stride,
+                    num_blocks,
+                    plan_lse_ptr,
+                    target_logits_ptr,
+                    target_logits_stride,
+                    draft_logits_ptr,
+                    draft_logits_stride_0,
+                    draft_logits_stride_1,
+                    cu_num_logits_ptr,
+                    idx_mapping_ptr,
+                    temperature_ptr,
+                    vocab_size,
+                    req,
+                    tl.program_id(1) * LOOP + t,
+                    plan,
+                    tau,
+                    HAS_DRAFT_LOGITS,
+                    SUB,
+                    BLOCK,
+                )
         # The barrier puts every thread's stores before the (release) count; the program that
         # sees NUM_PROGRAMS - 1 done before it (acquire) reads their partials past L1 (.cg).
         tl.debug_barrier()
@@ -1002,17 +1010,19 @@ def _block_masses(
     temperature_ptr,
     vocab_size,
     req,
+    tile,
     plan,
     tau,
     HAS_DRAFT_LOGITS: tl.constexpr,
     SUB: tl.constexpr,
     BLOCK: tl.constexpr,
 ):
-    # One [SUB, BLOCK] tile of the resample row: per sampling block its log-mass (fp64) or, for a
-    # greedy bonus row, its max and first argmax, at [R, nb] offset ``base``.
+    # Tile ``tile`` ([SUB, BLOCK]: sampling blocks tile*SUB ..) of the resample row: per sampling
+    # block its log-mass (fp64) or, for a greedy bonus row, its max and first argmax, at [R, nb]
+    # offset ``base``.
     slot = tl.load(idx_mapping_ptr + req).to(tl.int64)
     row = tl.load(cu_num_logits_ptr + req).to(tl.int64) + tau
-    blocks = tl.program_id(1) * SUB + tl.arange(0, SUB)
+    blocks = tile * SUB + tl.arange(0, SUB)
     offs = blocks[:, None] * BLOCK + tl.arange(0, BLOCK)[None, :]
     mask = offs < vocab_size
     bmask = blocks < num_blocks
@@ -1466,7 +1476,7 @@ class Pipeline:
     # ---- 5. block masses of the rows not known yet (with the fused insert: and the insert)
     def _resample(self) -> None:
         c = self.config
-        programs = triton.cdiv(self.num_blocks, c.resample_blocks)
+        programs = triton.cdiv(triton.cdiv(self.num_blocks, c.resample_blocks), c.resample_loop)
         _resample_kernel[(self.num_reqs, programs)](
             sampled_ptr=self.sampled,
             sampled_stride=self.sampled.stride(0),
@@ -1484,6 +1494,7 @@ class Pipeline:
             FUSED_INSERT=c.fused_insert,
             NUM_PROGRAMS=programs,
             SUB=c.resample_blocks,
+            LOOP=c.resample_loop,
             NB_P2=self.nb_p2,
             BLOCK=SAMPLE_BLOCK,
             PDL=self.dependent_launch,
