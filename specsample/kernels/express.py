@@ -488,9 +488,9 @@ def _cumulative_log_p_kernel(
     # value is carried, unchanged, through it and every later row: none of them is read). With
     # draft logits each real row's two LSEs are kept for the residual-mass pass ([N, 2] fp64).
     # As in the rejection kernel, the K rows are [K_P2] vectors: every load issued before the
-    # arithmetic (tokens and partials, then the gathered logits), the LSEs one [K_P2, nb]
-    # reduction; only the prefix itself is a K-step chain, in the reference's order. Launched
-    # dependently: the tokens and their logits load before the wait for stats, the partials after.
+    # arithmetic (tokens, then the gathered logits, then -- after the wait for stats, with a
+    # dependent launch -- the partials), the LSEs one [K_P2, nb] reduction; only the prefix itself
+    # is a K-step chain, in the reference's order.
     _launch_dependents(PDL)
     req = tl.program_id(0)
     slot = tl.load(idx_mapping_ptr + req).to(tl.int64)
@@ -899,9 +899,7 @@ def _resample_kernel(
         tau = tau & 0xFFFF
     tau = tau.to(tl.int64)
     work = (plan == PLAN_TARGET) | (plan == PLAN_RESIDUAL) | (plan == PLAN_ARGMAX)
-    if not FUSED_INSERT:
-        if work == 0:
-            return
+    if work:
         _launch_dependents(PDL)
         for t in range(LOOP):
             _block_masses(
@@ -927,33 +925,7 @@ def _resample_kernel(
                 SUB,
                 BLOCK,
             )
-    else:
-        if work:
-            _launch_dependents(PDL)
-            for t in range(LOOP):
-                _block_masses(
-                    resampled_mass_ptr,
-                    resampled_argmax_ptr,
-                    req * resampled_stride,
-                    num_blocks,
-                    plan_lse_ptr,
-                    target_logits_ptr,
-                    target_logits_stride,
-                    draft_logits_ptr,
-                    draft_logits_stride_0,
-                    draft_logits_stride_1,
-                    cu_num_logits_ptr,
-                    idx_mapping_ptr,
-                    temperature_ptr,
-                    vocab_size,
-                    req,
-                    tl.program_id(1) * LOOP + t,
-                    plan,
-                    tau,
-                    HAS_DRAFT_LOGITS,
-                    SUB,
-                    BLOCK,
-                )
+    if FUSED_INSERT:
         # The barrier puts every thread's stores before the (release) count; the program that
         # sees NUM_PROGRAMS - 1 done before it (acquire) reads their partials past L1 (.cg).
         tl.debug_barrier()
@@ -1380,7 +1352,7 @@ class Pipeline:
             seed_ptr=self.seed,
         )
 
-    # ---- 1. block stats of the rows something reads: (R * K, nb / stats_blocks) programs
+    # ---- 1. block stats of the rows something reads: (R * K, nb / stats_blocks / stats_loop) programs
     def _stats(self) -> None:
         c = self.config
         tiles = triton.cdiv(self.num_blocks, c.stats_blocks)
