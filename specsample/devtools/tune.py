@@ -51,6 +51,9 @@ WORKLOADS = {
     "R16-block-phi0": Workload(num_reqs=16, mode="block", **BASE),
     "R32-standard-phi0": Workload(num_reqs=32, mode="standard", **BASE),
     "R32-block-phi0.5": Workload(num_reqs=32, mode="block", placeholder_density=0.5, **BASE),
+    # where programs that only exit start to cost (express's LOOP_FROM)
+    "R32-standard-phi1": Workload(num_reqs=32, mode="standard", placeholder_density=1.0, **BASE),
+    "R64-standard-phi1": Workload(num_reqs=64, mode="standard", placeholder_density=1.0, **BASE),
     # the Peers point where express is closest to FlashInfer (issue 18 goal 4: 2.83x of 3)
     "R32-V32000-standard-phi0": Workload(num_reqs=32, mode="standard", num_speculative_steps=4, vocab_size=32000),
     # the base point and its placeholder densities (the goals' points, devtools/goals.json)
@@ -71,6 +74,7 @@ WORKLOADS = {
     "base-greedy-onehot-phi1": Workload(num_reqs=128, mode="greedy", draft="one-hot", placeholder_density=1.0, **BASE),
     "V32000-block-phi0": Workload(num_reqs=128, mode="block", num_speculative_steps=4, vocab_size=32000),
     "R512-standard-phi0.5": Workload(num_reqs=512, mode="standard", placeholder_density=0.5, **BASE),
+    "R512-standard-phi1": Workload(num_reqs=512, mode="standard", placeholder_density=1.0, **BASE),
 }
 
 # --sampler: the kernel module (its Pipeline takes config=) and its base candidates
