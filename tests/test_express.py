@@ -431,21 +431,11 @@ def test_reference_independent_of_batch_layout(mode, draft):
 CONFIGS = {
     "small": express.SMALL_BATCH_CONFIG,  # fused insert
     "large": express.LARGE_BATCH_CONFIG,  # insert kernel
-    # in stream order (no programmatic dependent launch, which the others use on an sm_90 GPU);
-    # 4 stats tiles a program: V = 8193's five blocks as one full program and one of 1 + 3 empty;
-    # 2 resample tiles a program (3 programs, the fused insert's count of them)
+    # in stream order (no programmatic dependent launch, which the others use on an sm_90 GPU)
     "narrow": express.Config(
-        stats_blocks=1,
-        stats_warps=2,
-        stats_loop=4,
-        residual_warps=2,
-        resample_warps=8,
-        resample_loop=2,
-        fused_insert=True,
-        dependent_launch=False,
+        stats_blocks=1, stats_warps=2, residual_warps=2, resample_warps=8, fused_insert=True, dependent_launch=False
     ),
-    # 4 resample tiles a program: the five blocks as one full program and one of 1 + 3 empty
-    "wide": express.Config(stats_blocks=8, stats_warps=4, residual_warps=8, resample_warps=2, resample_loop=4),
+    "wide": express.Config(stats_blocks=8, stats_warps=4, residual_warps=8, resample_warps=2),
 }
 
 
@@ -453,8 +443,7 @@ CONFIGS = {
 def test_configuration_changes_no_draw(device, draft):
     """The launch geometry (the only thing R selects) never changes a token: V = 8193 is five
     sampling blocks, so stats programs of 1, 2, 4 and 8 blocks cut it differently; the insert is
-    fused into the resample kernel or not; a stats program loops over 1 or 4 tiles, a resample
-    program over 1, 2 or 4; the kernels launch dependently or in stream order."""
+    fused into the resample kernel or not; the kernels launch dependently or in stream order."""
     w = Workload(
         num_reqs=3,
         num_speculative_steps=2,
@@ -505,10 +494,6 @@ def test_default_config_follows_the_batch_size():
     assert stages == ["stats", "rejection", "resample"]
     with pytest.raises(ValueError, match="stats_blocks"):
         express.Config(stats_blocks=3)
-    with pytest.raises(ValueError, match="stats_loop"):
-        express.Config(stats_loop=3)
-    with pytest.raises(ValueError, match="resample_loop"):
-        express.Config(resample_loop=0)
     with pytest.raises(ValueError, match="resample_warps"):
         express.Config(resample_warps=3)
 

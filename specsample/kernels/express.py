@@ -116,11 +116,9 @@ class Config:
 
     stats_blocks: int = 2  # sampling blocks per stats program (4096 entries: fast's large-batch stats)
     stats_warps: int = 4
-    stats_loop: int = 1  # stats tiles per program, one after another (fewer exit-only programs)
     residual_blocks: int = 2  # sampling blocks per residual-mass program (fast's 4096)
     residual_warps: int = 4
     resample_blocks: int = 1  # sampling blocks per resample program (fast's 2048)
-    resample_loop: int = 1  # resample tiles per program, one after another (fewer exit-only programs)
     resample_warps: int = 4
     insert_warps: int = 4  # insert (or the resample kernel's last program): one block's level 2
     fused_insert: bool = False  # the resample kernel's last program per request inserts (fast's scheme)
@@ -132,9 +130,6 @@ class Config:
         for name in ("stats_blocks", "residual_blocks", "resample_blocks"):
             if getattr(self, name) not in (1, 2, 4, 8):
                 raise ValueError(f"{name}: expected 1, 2, 4 or 8, got {getattr(self, name)}")
-        for name in ("stats_loop", "resample_loop"):
-            if getattr(self, name) not in (1, 2, 4, 8, 16, 32, 64):
-                raise ValueError(f"{name}: expected a power of two in [1, 64], got {getattr(self, name)}")
         for name in ("stats_warps", "residual_warps", "resample_warps", "insert_warps"):
             if getattr(self, name) not in (1, 2, 4, 8, 16, 32):
                 raise ValueError(f"{name}: expected a power of two in [1, 32], got {getattr(self, name)}")
@@ -406,15 +401,12 @@ def _stats_kernel(
     K_P2: tl.constexpr,
     GROUPS: tl.constexpr,
     SUB: tl.constexpr,
-    LOOP: tl.constexpr,
     BLOCK: tl.constexpr,
     PDL: tl.constexpr,
 ):
-    # Program (req * K + j, g): row j of request req, LOOP tiles one after another, tile t being
-    # sampling blocks (g*LOOP + t)*SUB .. + SUB-1 as one [SUB, BLOCK] tile, one partial per
-    # sampling block (LOOP > 1: fewer programs launched for rows nobody reads, the same tile and
-    # registers). A greedy request reads rows j <= first placeholder (greedy writes the argmax
-    # there), the others rows j < first.
+    # Program (req * K + j, g): row j of request req, sampling blocks g*SUB .. g*SUB + SUB-1 as
+    # one [SUB, BLOCK] tile, one partial per sampling block. A greedy request reads rows
+    # j <= first placeholder (greedy writes the argmax there), the others rows j < first.
     # The call's first kernel: launched in stream order, it lets the rejection (or cum_log_p)
     # kernel start as soon as its last programs with work have started.
     req = (tl.program_id(0) // GROUPS).to(tl.int64)
@@ -427,32 +419,31 @@ def _stats_kernel(
         return
     _launch_dependents(PDL)
     row = start + j
-    for t in range(LOOP):
-        blocks = (tl.program_id(1) * LOOP + t) * SUB + tl.arange(0, SUB)
-        offs = blocks[:, None] * BLOCK + tl.arange(0, BLOCK)[None, :]
-        vmask = offs < vocab_size
-        x = tl.load(target_logits_ptr + row * target_logits_stride + offs, mask=vmask, other=float("-inf"))
+    blocks = tl.program_id(1) * SUB + tl.arange(0, SUB)
+    offs = blocks[:, None] * BLOCK + tl.arange(0, BLOCK)[None, :]
+    vmask = offs < vocab_size
+    x = tl.load(target_logits_ptr + row * target_logits_stride + offs, mask=vmask, other=float("-inf"))
+    if HAS_DRAFT_LOGITS:
+        # Issued with the target's load (fast's early draft load); nothing for a greedy row.
+        d_ptrs = draft_logits_ptr + slot * draft_logits_stride_0 + j.to(tl.int64) * draft_logits_stride_1 + offs
+        y_raw = tl.load(d_ptrs, mask=offs < tl.where(temperature != 0.0, vocab_size, 0), other=float("-inf"))
+    x = _finite_or_neg_inf(x.to(tl.float32))
+    block_max = tl.max(x, 1)
+    out = row * local_stride + blocks
+    bmask = blocks < num_blocks
+    tl.store(target_local_max_ptr + out, block_max, mask=bmask)
+    if temperature == 0.0:
+        arg = tl.argmax(x, 1, tie_break_left=True)
+        tl.store(target_local_argmax_ptr + out, blocks.to(tl.int64) * BLOCK + arg.to(tl.int64), mask=bmask)
+    else:
+        e = tl.where(x == float("-inf"), 0.0, tl.exp(x - block_max[:, None]))
+        tl.store(target_local_sumexp_ptr + out, _chunked_sum(e, SUB, BLOCK), mask=bmask)
         if HAS_DRAFT_LOGITS:
-            # Issued with the target's load (fast's early draft load); nothing for a greedy row.
-            d_ptrs = draft_logits_ptr + slot * draft_logits_stride_0 + j.to(tl.int64) * draft_logits_stride_1 + offs
-            y_raw = tl.load(d_ptrs, mask=offs < tl.where(temperature != 0.0, vocab_size, 0), other=float("-inf"))
-        x = _finite_or_neg_inf(x.to(tl.float32))
-        block_max = tl.max(x, 1)
-        out = row * local_stride + blocks
-        bmask = blocks < num_blocks
-        tl.store(target_local_max_ptr + out, block_max, mask=bmask)
-        if temperature == 0.0:
-            arg = tl.argmax(x, 1, tie_break_left=True)
-            tl.store(target_local_argmax_ptr + out, blocks.to(tl.int64) * BLOCK + arg.to(tl.int64), mask=bmask)
-        else:
-            e = tl.where(x == float("-inf"), 0.0, tl.exp(x - block_max[:, None]))
-            tl.store(target_local_sumexp_ptr + out, _chunked_sum(e, SUB, BLOCK), mask=bmask)
-            if HAS_DRAFT_LOGITS:
-                y = _finite_or_neg_inf(y_raw.to(tl.float32) * _inverse(temperature))
-                d_max = tl.max(y, 1)
-                ey = tl.where(y == float("-inf"), 0.0, tl.exp(y - d_max[:, None]))
-                tl.store(draft_local_max_ptr + out, d_max, mask=bmask)
-                tl.store(draft_local_sumexp_ptr + out, _chunked_sum(ey, SUB, BLOCK), mask=bmask)
+            y = _finite_or_neg_inf(y_raw.to(tl.float32) * _inverse(temperature))
+            d_max = tl.max(y, 1)
+            ey = tl.where(y == float("-inf"), 0.0, tl.exp(y - d_max[:, None]))
+            tl.store(draft_local_max_ptr + out, d_max, mask=bmask)
+            tl.store(draft_local_sumexp_ptr + out, _chunked_sum(ey, SUB, BLOCK), mask=bmask)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -878,14 +869,12 @@ def _resample_kernel(
     FUSED_INSERT: tl.constexpr,
     NUM_PROGRAMS: tl.constexpr,
     SUB: tl.constexpr,
-    LOOP: tl.constexpr,
     NB_P2: tl.constexpr,
     BLOCK: tl.constexpr,
     PDL: tl.constexpr,
 ):
-    # Program (r, g): LOOP tiles of SUB sampling blocks, one after another (tile g*LOOP + t:
-    # blocks (g*LOOP + t)*SUB ..), of request r's row c_r + tau, for the plans whose block masses
-    # are not known yet: log-masses of softmax(target) (bonus /
+    # Program (r, g): sampling blocks g*SUB .. g*SUB + SUB-1 of request r's row c_r + tau, for the
+    # plans whose block masses are not known yet: log-masses of softmax(target) (bonus /
     # placeholder row) or of max(p - q, 0) (draft residual), or the block argmaxes of a greedy
     # bonus row, into [R, nb]. With FUSED_INSERT the request's last program to finish then does
     # the insert kernel's work: each program counts itself done in num_sampled's high 16 bits
@@ -899,9 +888,35 @@ def _resample_kernel(
         tau = tau & 0xFFFF
     tau = tau.to(tl.int64)
     work = (plan == PLAN_TARGET) | (plan == PLAN_RESIDUAL) | (plan == PLAN_ARGMAX)
-    if work:
+    if not FUSED_INSERT:
+        if work == 0:
+            return
         _launch_dependents(PDL)
-        for t in range(LOOP):
+        _block_masses(
+            resampled_mass_ptr,
+            resampled_argmax_ptr,
+            req * resampled_stride,
+            num_blocks,
+            plan_lse_ptr,
+            target_logits_ptr,
+            target_logits_stride,
+            draft_logits_ptr,
+            draft_logits_stride_0,
+            draft_logits_stride_1,
+            cu_num_logits_ptr,
+            idx_mapping_ptr,
+            temperature_ptr,
+            vocab_size,
+            req,
+            plan,
+            tau,
+            HAS_DRAFT_LOGITS,
+            SUB,
+            BLOCK,
+        )
+    else:
+        if work:
+            _launch_dependents(PDL)
             _block_masses(
                 resampled_mass_ptr,
                 resampled_argmax_ptr,
@@ -918,14 +933,12 @@ def _resample_kernel(
                 temperature_ptr,
                 vocab_size,
                 req,
-                tl.program_id(1) * LOOP + t,
                 plan,
                 tau,
                 HAS_DRAFT_LOGITS,
                 SUB,
                 BLOCK,
             )
-    if FUSED_INSERT:
         # The barrier puts every thread's stores before the (release) count; the program that
         # sees NUM_PROGRAMS - 1 done before it (acquire) reads their partials past L1 (.cg).
         tl.debug_barrier()
@@ -982,19 +995,17 @@ def _block_masses(
     temperature_ptr,
     vocab_size,
     req,
-    tile,
     plan,
     tau,
     HAS_DRAFT_LOGITS: tl.constexpr,
     SUB: tl.constexpr,
     BLOCK: tl.constexpr,
 ):
-    # Tile ``tile`` ([SUB, BLOCK]: sampling blocks tile*SUB ..) of the resample row: per sampling
-    # block its log-mass (fp64) or, for a greedy bonus row, its max and first argmax, at [R, nb]
-    # offset ``base``.
+    # One [SUB, BLOCK] tile of the resample row: per sampling block its log-mass (fp64) or, for a
+    # greedy bonus row, its max and first argmax, at [R, nb] offset ``base``.
     slot = tl.load(idx_mapping_ptr + req).to(tl.int64)
     row = tl.load(cu_num_logits_ptr + req).to(tl.int64) + tau
-    blocks = tile * SUB + tl.arange(0, SUB)
+    blocks = tl.program_id(1) * SUB + tl.arange(0, SUB)
     offs = blocks[:, None] * BLOCK + tl.arange(0, BLOCK)[None, :]
     mask = offs < vocab_size
     bmask = blocks < num_blocks
@@ -1352,11 +1363,10 @@ class Pipeline:
             seed_ptr=self.seed,
         )
 
-    # ---- 1. block stats of the rows something reads: (R * K, nb / stats_blocks / stats_loop) programs
+    # ---- 1. block stats of the rows something reads: (R * K, nb / stats_blocks) programs
     def _stats(self) -> None:
         c = self.config
-        tiles = triton.cdiv(self.num_blocks, c.stats_blocks)
-        _stats_kernel[(self.num_reqs * self.k, triton.cdiv(tiles, c.stats_loop))](
+        _stats_kernel[(self.num_reqs * self.k, triton.cdiv(self.num_blocks, c.stats_blocks))](
             **self._logits(),
             draft_sampled_ptr=self.draft_sampled,
             cu_num_logits_ptr=self.cu_num_logits,
@@ -1369,7 +1379,6 @@ class Pipeline:
             K_P2=self.k_p2,
             GROUPS=self.k,
             SUB=c.stats_blocks,
-            LOOP=c.stats_loop,
             BLOCK=SAMPLE_BLOCK,
             PDL=self.dependent_launch,
             num_warps=c.stats_warps,
@@ -1448,7 +1457,7 @@ class Pipeline:
     # ---- 5. block masses of the rows not known yet (with the fused insert: and the insert)
     def _resample(self) -> None:
         c = self.config
-        programs = triton.cdiv(triton.cdiv(self.num_blocks, c.resample_blocks), c.resample_loop)
+        programs = triton.cdiv(self.num_blocks, c.resample_blocks)
         _resample_kernel[(self.num_reqs, programs)](
             sampled_ptr=self.sampled,
             sampled_stride=self.sampled.stride(0),
@@ -1466,7 +1475,6 @@ class Pipeline:
             FUSED_INSERT=c.fused_insert,
             NUM_PROGRAMS=programs,
             SUB=c.resample_blocks,
-            LOOP=c.resample_loop,
             NB_P2=self.nb_p2,
             BLOCK=SAMPLE_BLOCK,
             PDL=self.dependent_launch,
