@@ -888,9 +888,7 @@ def _resample_kernel(
         tau = tau & 0xFFFF
     tau = tau.to(tl.int64)
     work = (plan == PLAN_TARGET) | (plan == PLAN_RESIDUAL) | (plan == PLAN_ARGMAX)
-    if not FUSED_INSERT:
-        if work == 0:
-            return
+    if work:
         _launch_dependents(PDL)
         _block_masses(
             resampled_mass_ptr,
@@ -914,31 +912,7 @@ def _resample_kernel(
             SUB,
             BLOCK,
         )
-    else:
-        if work:
-            _launch_dependents(PDL)
-            _block_masses(
-                resampled_mass_ptr,
-                resampled_argmax_ptr,
-                req * resampled_stride,
-                num_blocks,
-                plan_lse_ptr,
-                target_logits_ptr,
-                target_logits_stride,
-                draft_logits_ptr,
-                draft_logits_stride_0,
-                draft_logits_stride_1,
-                cu_num_logits_ptr,
-                idx_mapping_ptr,
-                temperature_ptr,
-                vocab_size,
-                req,
-                plan,
-                tau,
-                HAS_DRAFT_LOGITS,
-                SUB,
-                BLOCK,
-            )
+    if FUSED_INSERT:
         # The barrier puts every thread's stores before the (release) count; the program that
         # sees NUM_PROGRAMS - 1 done before it (acquire) reads their partials past L1 (.cg).
         tl.debug_barrier()
