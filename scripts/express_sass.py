@@ -1,11 +1,12 @@
 """Compile express's kernels for sm_90 on a machine without a GPU and summarise their SASS.
 
 Usage (no TRITON_INTERPRET; CPU tensors only give the launch arguments):
-    python scripts/express_sass.py [--mode standard|block] [--draft logits|one-hot] [--reqs R] [--dump DIR]
+    python scripts/express_sass.py [--mode standard|block] [--draft logits|one-hot] [--reqs R]
+        [--config NAME] [--set FIELD=VALUE ...] [--dump DIR]
 
 Each launch of one express call (small and large configurations) is captured instead of run,
 compiled with ``triton.compile`` for a CUDA 9.0 target (ptxas from Triton's bundle), and
-disassembled with the bundled ``cuobjdump``. Per kernel it prints: SASS instructions, global
+disassembled with the bundled ``cuobjdump``. Per kernel it prints: registers per thread, SASS instructions, global
 loads (LDG), fp64 instructions (D*), MUFU, warp shuffles, CTA barriers (BAR), and "load rounds": the number of
 global loads (in program order) issued after the code has waited on an earlier global load's
 scoreboard -- a static count of dependent memory round trips over the whole kernel, every
@@ -15,6 +16,7 @@ branch included (a path through the kernel pays the rounds on its own path only)
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import re
 import subprocess
@@ -60,7 +62,7 @@ def _compile(kernel, kwargs, specialize: bool = True):
     # tt.divisibility=16 (vectorized loads), an integer equal to 1 becomes a constant.
     # specialize=False (--no-specialize): the unspecialized compile of the earlier notes (scalar loads).
     signature, constexprs, attrs = {}, {}, {}
-    opts = {k: kwargs.pop(k) for k in ("num_warps", "num_stages") if k in kwargs}
+    opts = {k: kwargs.pop(k) for k in ("num_warps", "num_stages", "maxnreg") if k in kwargs}
     for i, name in enumerate(kernel.arg_names):
         value = kwargs[name]
         if i in kernel.constexprs:
@@ -113,6 +115,18 @@ def _control(hi: int) -> tuple[int, int]:
     # yield 1, write barrier 3, read barrier 3, wait mask 6.
     ctrl = hi >> 41
     return (ctrl >> 5) & 7, (ctrl >> 11) & 0x3F  # write barrier (7 = none), wait mask
+
+
+def registers(cubin: bytes) -> dict:
+    """Registers per thread and stack bytes (spills) from ``cuobjdump -res-usage``: with the warps,
+    the registers set how many programs an SM holds."""
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        text = subprocess.run(
+            [os.path.join(BIN, "cuobjdump"), "-res-usage", f.name], check=True, capture_output=True, text=True
+        ).stdout
+    return dict(reg=int(re.search(r"REG:(\d+)", text).group(1)), stack=int(re.search(r"STACK:(\d+)", text).group(1)))
 
 
 def summarise(insts):
@@ -180,6 +194,13 @@ def main(argv=None) -> None:
     ap.add_argument("--reqs", type=int, default=1)
     ap.add_argument("--phi", type=float, default=0.0)
     ap.add_argument("--config", default="small", choices=list(express.NAMED_CONFIGS))
+    ap.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="FIELD=VALUE",
+        help="override a Config field of --config (repeatable), e.g. --set stats_blocks=4",
+    )
     ap.add_argument("--dump", default=None, help="write each kernel's SASS into this folder")
     ap.add_argument("--no-specialize", action="store_true", help="no alignment / divisibility specialization")
     ap.add_argument(
@@ -198,6 +219,10 @@ def main(argv=None) -> None:
     )
     inputs = make_inputs(w, device="cpu")
     config = express.NAMED_CONFIGS[args.config]
+    for item in args.set:
+        field, _, value = item.partition("=")
+        kind = type(getattr(config, field))
+        config = dataclasses.replace(config, **{field: value == "True" if kind is bool else kind(value)})
     launches = []
     names = [n for n in dir(express) if n.endswith("_kernel") and isinstance(getattr(express, n), triton.JITFunction)]
     saved = {n: getattr(express, n) for n in names}
@@ -213,7 +238,7 @@ def main(argv=None) -> None:
             kwargs = dict(kwargs, PDL=True)
         compiled = _compile(kernel, dict(kwargs), specialize=not args.no_specialize)
         insts = _sass(compiled.asm["cubin"])
-        s = summarise(insts)
+        s = dict(**registers(compiled.asm["cubin"]), **summarise(insts))
         print(f"{kernel.__name__:28s} grid={grid!s:14s} " + " ".join(f"{k}={v}" for k, v in s.items()), flush=True)
         if args.dump:
             os.makedirs(args.dump, exist_ok=True)

@@ -70,6 +70,8 @@ WORKLOADS = {
     "base-standard-onehot-phi1": Workload(
         num_reqs=128, mode="standard", draft="one-hot", placeholder_density=1.0, **BASE
     ),
+    "base-block-onehot-phi0": Workload(num_reqs=128, mode="block", draft="one-hot", **BASE),
+    "base-block-onehot-phi1": Workload(num_reqs=128, mode="block", draft="one-hot", placeholder_density=1.0, **BASE),
     "base-greedy-onehot-phi0": Workload(num_reqs=128, mode="greedy", draft="one-hot", **BASE),
     "base-greedy-onehot-phi1": Workload(num_reqs=128, mode="greedy", draft="one-hot", placeholder_density=1.0, **BASE),
     "V32000-block-phi0": Workload(num_reqs=128, mode="block", num_speculative_steps=4, vocab_size=32000),
