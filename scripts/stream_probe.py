@@ -11,6 +11,9 @@ either every row (``phi=0``: R*K rows) or one row in K (``phi=1``: row 0 of each
   program whose row has no work exits after loading its row's flag.
 * ``loop-P``: P programs an SM, each loops over the tiles of the rows with work (a compacted
   list, built on the host: the probe times streaming, not the list), loads from pointers.
+* ``grid-meta``: the grid with express's exit test (``fast._request_rows``, then the slot's
+  temperature: two dependent loads deep) on express's row layout (K + 1 rows a request, greedy:
+  rows j <= first placeholder).
 * ``group-G``: express's ``Config.stats_loop`` shape: the grid with G consecutive tiles of a row
   a program, one after another (fewer programs, the same order of tiles within a program).
 * ``loop-P-2k``: ``loop-P`` with tiles of 2048 entries (session 14's persistent stats tiles).
@@ -34,6 +37,7 @@ import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 from specsample.kernels.express import _chunked_sum
+from specsample.kernels.fast import _request_rows
 from specsample.timing import TimingConfig, copies_for_cold_l2, measure
 
 BLOCK = 2048  # entries a sampling block (express.SAMPLE_BLOCK)
@@ -71,6 +75,42 @@ def _grid_kernel(
     row = tl.program_id(0).to(tl.int64)
     if tl.load(has_work_ptr + row) == 0:
         return
+    blocks = tl.program_id(1) * SUB_ + tl.arange(0, SUB_)
+    offs = blocks[:, None] * BLOCK_ + tl.arange(0, BLOCK_)[None, :]
+    x = tl.load(x_ptr + row * stride + offs, mask=offs < V, other=float("-inf"))
+    _tile_stats(x, out_max_ptr, out_sum_ptr, row, blocks, num_blocks, BODY)
+
+
+@triton.jit
+def _grid_meta_kernel(
+    x_ptr,
+    stride,
+    cu_num_logits_ptr,
+    draft_sampled_ptr,
+    idx_mapping_ptr,
+    temperature_ptr,
+    out_max_ptr,
+    out_sum_ptr,
+    num_blocks,
+    V,
+    K: tl.constexpr,
+    K_P2: tl.constexpr,
+    SUB_: tl.constexpr,
+    BLOCK_: tl.constexpr,
+    BODY: tl.constexpr,
+):
+    # The grid with express's exit test: the request's rows and first placeholder
+    # (fast._request_rows: cu_num_logits, then the drafts), and the slot's temperature (greedy
+    # reads rows j <= first placeholder, the others rows j < first): two dependent loads deep.
+    req = (tl.program_id(0) // K).to(tl.int64)
+    j = tl.program_id(0) % K
+    start, num_drafts, first = _request_rows(cu_num_logits_ptr, draft_sampled_ptr, req, K_P2)
+    slot = tl.load(idx_mapping_ptr + req).to(tl.int64)
+    temperature = tl.load(temperature_ptr + slot)
+    num_read = tl.where(temperature == 0.0, tl.minimum(first + 1, num_drafts), first)
+    if j >= num_read:
+        return
+    row = start + j
     blocks = tl.program_id(1) * SUB_ + tl.arange(0, SUB_)
     offs = blocks[:, None] * BLOCK_ + tl.arange(0, BLOCK_)[None, :]
     x = tl.load(x_ptr + row * stride + offs, mask=offs < V, other=float("-inf"))
@@ -193,6 +233,38 @@ def main(argv=None) -> None:
                 x, x.stride(0), has_work, out_max, out_sum, nb, V, SUB, BLOCK, num_warps=4, BODY=args.body
             )
 
+        # grid-meta reads express's layout: request r's K + 1 target rows from r * (K + 1) of its own
+        # [R * (K + 1), V] copies (the last, the bonus row, never read by stats); greedy
+        # (temperature 0) reads rows j <= first placeholder: rows 0..K-1 at phi=0, row 0 at phi=1.
+        cu = (torch.arange(R + 1, device="cuda") * (K + 1)).to(torch.int32)
+        drafts = torch.full((R * (K + 1) + 1,), -1 if phi == 1.0 else 0, dtype=torch.int32, device="cuda")
+        idx = torch.arange(R, dtype=torch.int32, device="cuda")
+        temperature = torch.zeros(R, device="cuda")
+        meta_rows = torch.arange(R, device="cuda")[:, None] * (K + 1) + torch.arange(K, device="cuda")[None, :]
+        meta_rows = meta_rows[:, :1].flatten() if phi == 1.0 else meta_rows.flatten()
+        meta_max = torch.empty(R * (K + 1), nb, device="cuda")
+        meta_sum = torch.empty(R * (K + 1), nb, device="cuda")
+
+        def grid_meta(x, _d):
+            return _grid_meta_kernel[(R * K, tiles_per_row)](
+                x,
+                x.stride(0),
+                cu,
+                drafts,
+                idx,
+                temperature,
+                meta_max,
+                meta_sum,
+                nb,
+                V,
+                K,
+                triton.next_power_of_2(K),
+                SUB,
+                BLOCK,
+                num_warps=4,
+                BODY=args.body,
+            )
+
         def group(g):
             def call(x, _d):
                 return _group_kernel[(N, triton.cdiv(tiles_per_row, g))](
@@ -251,6 +323,23 @@ def main(argv=None) -> None:
             kernels[f"loop-{p}-2k"] = loop(p, 1, sub=1)
         for p, s in ((2, 2), (4, 2), (4, 3)):
             kernels[f"tma-{p}-s{s}"] = tma(p, s)
+        xs_meta = [
+            torch.randn(R * (K + 1), V, device="cuda") for _ in range(copies_for_cold_l2(R * (K + 1) * V * 4, "cold"))
+        ]
+        meta_max.fill_(float("nan"))
+        compiled = grid_meta(xs_meta[0], None)
+        torch.cuda.synchronize()
+        written = torch.nonzero(~torch.isnan(meta_max[:, 0])).flatten()
+        padded = torch.nn.functional.pad(xs_meta[0][meta_rows], (0, nb * BLOCK - V), value=float("-inf"))
+        ok = torch.equal(written, meta_rows) and torch.equal(meta_max[meta_rows], padded.view(-1, nb, BLOCK).amax(2))
+        t = measure([lambda x=x: grid_meta(x, None) for x in xs_meta], cfg)
+        us = t.median * 1e6
+        print(
+            f"phi={phi:.0f} {'grid-meta':12s} {us:8.1f} us  {gb / (us * 1e-6):7.0f} GB/s  {compiled.n_regs:3d} registers  "
+            f"rows and block maxima {'as expected' if ok else 'WRONG'}",
+            flush=True,
+        )
+        del xs_meta
         ref = None
         for name, fn in kernels.items():
             try:

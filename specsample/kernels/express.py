@@ -433,7 +433,9 @@ def _stats_kernel(
     bmask = blocks < num_blocks
     tl.store(target_local_max_ptr + out, block_max, mask=bmask)
     if temperature == 0.0:
-        arg = tl.argmax(x, 1, tie_break_left=True)
+        # The first index of the block max, as argmax(tie_break_left) gives it (x has no NaN), by
+        # two plain reductions instead of one over (value, index) pairs.
+        arg = tl.min(tl.where(x == block_max[:, None], tl.arange(0, BLOCK)[None, :], BLOCK), 1)
         tl.store(target_local_argmax_ptr + out, blocks.to(tl.int64) * BLOCK + arg.to(tl.int64), mask=bmask)
     else:
         e = tl.where(x == float("-inf"), 0.0, tl.exp(x - block_max[:, None]))
@@ -989,7 +991,8 @@ def _block_masses(
         y_raw = tl.load(d_ptr + offs, mask=offs < tl.where(plan == PLAN_RESIDUAL, vocab_size, 0), other=float("-inf"))
     x = _finite_or_neg_inf(x.to(tl.float32))
     if plan == PLAN_ARGMAX:
-        value, index = tl.max(x, 1, return_indices=True, return_indices_tie_break_left=True)
+        value = tl.max(x, 1)  # and its first index (as the stats kernel's argmax)
+        index = tl.min(tl.where(x == value[:, None], tl.arange(0, BLOCK)[None, :], BLOCK), 1)
         tl.store(resampled_mass_ptr + base + blocks, value.to(tl.float64), mask=bmask)
         tl.store(resampled_argmax_ptr + base + blocks, blocks.to(tl.int64) * BLOCK + index.to(tl.int64), mask=bmask)
     else:
