@@ -89,14 +89,19 @@ def _compile(kernel, kwargs, specialize: bool = True):
     return triton.compile(src, target=TARGET, options=opts)
 
 
-def _sass(cubin: bytes) -> list[tuple[str, int]]:
-    """(instruction text, control word) per instruction."""
+def _cuobjdump(cubin: bytes, flag: str) -> str:
+    """The bundled ``cuobjdump FLAG`` on a cubin, as text."""
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
         f.write(cubin)
         f.flush()
-        text = subprocess.run(
-            [os.path.join(BIN, "cuobjdump"), "-sass", f.name], check=True, capture_output=True, text=True
+        return subprocess.run(
+            [os.path.join(BIN, "cuobjdump"), flag, f.name], check=True, capture_output=True, text=True
         ).stdout
+
+
+def _sass(cubin: bytes) -> list[tuple[str, int]]:
+    """(instruction text, control word) per instruction."""
+    text = _cuobjdump(cubin, "-sass")
     out, pending = [], None
     for line in text.splitlines():
         m = re.match(r"\s*/\*[0-9a-f]{4,}\*/\s*(.*?);?\s*/\* (0x[0-9a-f]{16}) \*/", line)
@@ -120,12 +125,7 @@ def _control(hi: int) -> tuple[int, int]:
 def registers(cubin: bytes) -> dict:
     """Registers per thread and stack bytes (spills) from ``cuobjdump -res-usage``: with the warps,
     the registers set how many programs an SM holds."""
-    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-        f.write(cubin)
-        f.flush()
-        text = subprocess.run(
-            [os.path.join(BIN, "cuobjdump"), "-res-usage", f.name], check=True, capture_output=True, text=True
-        ).stdout
+    text = _cuobjdump(cubin, "-res-usage")
     return dict(reg=int(re.search(r"REG:(\d+)", text).group(1)), stack=int(re.search(r"STACK:(\d+)", text).group(1)))
 
 

@@ -7,12 +7,12 @@ has work. This probe isolates the streaming: each kernel computes, per sampling 
 entries, the block max and sum of exp of fp32 rows (express's one-hot stats work, no draw), over
 either every row (``phi=0``: R*K rows) or one row in K (``phi=1``: row 0 of each request):
 
-* ``grid``: express's large stats geometry, (R*K, nb/2) programs of 4096 entries, 4 warps; a
+* ``grid`` (``group-1``): express's large stats geometry, (R*K, nb/2) programs of 4096 entries, 4 warps; a
   program whose row has no work exits after loading its row's flag.
 * ``loop-P``: P programs an SM, each loops over the tiles of the rows with work (a compacted
   list, built on the host: the probe times streaming, not the list), loads from pointers.
-* ``grid-meta``: the grid with express's exit test (``fast._request_rows``, then the slot's
-  temperature: two dependent loads deep) on express's row layout (K + 1 rows a request, greedy:
+* ``grid-meta``: the grid with express's exit test (``express._stats_rows``: the request's rows,
+  then the slot's temperature: two dependent loads deep) on express's row layout (K + 1 rows a request, greedy:
   rows j <= first placeholder).
 * ``group-G``: express's ``Config.stats_loop`` shape: the grid with G consecutive tiles of a row
   a program, one after another (fewer programs, the same order of tiles within a program).
@@ -36,8 +36,7 @@ import triton
 import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
-from specsample.kernels.express import _chunked_sum
-from specsample.kernels.fast import _request_rows
+from specsample.kernels.express import _chunked_sum, _stats_rows
 from specsample.timing import TimingConfig, copies_for_cold_l2, measure
 
 BLOCK = 2048  # entries a sampling block (express.SAMPLE_BLOCK)
@@ -60,25 +59,11 @@ def _tile_stats(x, out_max_ptr, out_sum_ptr, row, blocks, num_blocks, BODY: tl.c
 
 
 @triton.jit
-def _grid_kernel(
-    x_ptr,
-    stride,
-    has_work_ptr,
-    out_max_ptr,
-    out_sum_ptr,
-    num_blocks,
-    V,
-    SUB_: tl.constexpr,
-    BLOCK_: tl.constexpr,
-    BODY: tl.constexpr,
-):
-    row = tl.program_id(0).to(tl.int64)
-    if tl.load(has_work_ptr + row) == 0:
-        return
-    blocks = tl.program_id(1) * SUB_ + tl.arange(0, SUB_)
+def _load_tile(x_ptr, stride, row, tile, V, SUB_: tl.constexpr, BLOCK_: tl.constexpr):
+    # Tile ``tile`` of a row: sampling blocks tile*SUB_ .. + SUB_-1 as [SUB_, BLOCK_], -inf past V.
+    blocks = tile * SUB_ + tl.arange(0, SUB_)
     offs = blocks[:, None] * BLOCK_ + tl.arange(0, BLOCK_)[None, :]
-    x = tl.load(x_ptr + row * stride + offs, mask=offs < V, other=float("-inf"))
-    _tile_stats(x, out_max_ptr, out_sum_ptr, row, blocks, num_blocks, BODY)
+    return blocks, tl.load(x_ptr + row * stride + offs, mask=offs < V, other=float("-inf"))
 
 
 @triton.jit
@@ -99,21 +84,17 @@ def _grid_meta_kernel(
     BLOCK_: tl.constexpr,
     BODY: tl.constexpr,
 ):
-    # The grid with express's exit test: the request's rows and first placeholder
-    # (fast._request_rows: cu_num_logits, then the drafts), and the slot's temperature (greedy
-    # reads rows j <= first placeholder, the others rows j < first): two dependent loads deep.
+    # The grid with express's exit test (express._stats_rows: the request's rows and first
+    # placeholder, then the slot's temperature; two dependent loads deep).
     req = (tl.program_id(0) // K).to(tl.int64)
     j = tl.program_id(0) % K
-    start, num_drafts, first = _request_rows(cu_num_logits_ptr, draft_sampled_ptr, req, K_P2)
-    slot = tl.load(idx_mapping_ptr + req).to(tl.int64)
-    temperature = tl.load(temperature_ptr + slot)
-    num_read = tl.where(temperature == 0.0, tl.minimum(first + 1, num_drafts), first)
+    start, _, _, num_read = _stats_rows(
+        cu_num_logits_ptr, draft_sampled_ptr, idx_mapping_ptr, temperature_ptr, req, K_P2
+    )
     if j >= num_read:
         return
     row = start + j
-    blocks = tl.program_id(1) * SUB_ + tl.arange(0, SUB_)
-    offs = blocks[:, None] * BLOCK_ + tl.arange(0, BLOCK_)[None, :]
-    x = tl.load(x_ptr + row * stride + offs, mask=offs < V, other=float("-inf"))
+    blocks, x = _load_tile(x_ptr, stride, row, tl.program_id(1), V, SUB_, BLOCK_)
     _tile_stats(x, out_max_ptr, out_sum_ptr, row, blocks, num_blocks, BODY)
 
 
@@ -131,14 +112,13 @@ def _group_kernel(
     GROUP: tl.constexpr,
     BODY: tl.constexpr,
 ):
-    # express's Config.stats_loop shape: GROUP consecutive tiles of one row, one after another.
+    # GROUP consecutive tiles of one row, one after another (express's Config.stats_loop shape);
+    # GROUP = 1 is express's stats grid, one tile a program. A row without work: one load, exit.
     row = tl.program_id(0).to(tl.int64)
     if tl.load(has_work_ptr + row) == 0:
         return
     for i in tl.static_range(GROUP):
-        blocks = (tl.program_id(1) * GROUP + i) * SUB_ + tl.arange(0, SUB_)
-        offs = blocks[:, None] * BLOCK_ + tl.arange(0, BLOCK_)[None, :]
-        x = tl.load(x_ptr + row * stride + offs, mask=offs < V, other=float("-inf"))
+        blocks, x = _load_tile(x_ptr, stride, row, tl.program_id(1) * GROUP + i, V, SUB_, BLOCK_)
         _tile_stats(x, out_max_ptr, out_sum_ptr, row, blocks, num_blocks, BODY)
 
 
@@ -160,9 +140,7 @@ def _loop_kernel(
 ):
     for t in tl.range(tl.program_id(0), num_work * tiles_per_row, tl.num_programs(0), num_stages=STAGES):
         row = tl.load(work_ptr + t // tiles_per_row).to(tl.int64)
-        blocks = (t % tiles_per_row) * SUB_ + tl.arange(0, SUB_)
-        offs = blocks[:, None] * BLOCK_ + tl.arange(0, BLOCK_)[None, :]
-        x = tl.load(x_ptr + row * stride + offs, mask=offs < V, other=float("-inf"))
+        blocks, x = _load_tile(x_ptr, stride, row, t % tiles_per_row, V, SUB_, BLOCK_)
         _tile_stats(x, out_max_ptr, out_sum_ptr, row, blocks, num_blocks, BODY)
 
 
@@ -227,11 +205,6 @@ def main(argv=None) -> None:
         work = torch.nonzero(has_work).flatten().to(torch.int32)
         num_work = work.numel()
         gb = num_work * V * 4 / 1e9
-
-        def grid(x, _d):
-            return _grid_kernel[(N, tiles_per_row)](
-                x, x.stride(0), has_work, out_max, out_sum, nb, V, SUB, BLOCK, num_warps=4, BODY=args.body
-            )
 
         # grid-meta reads express's layout: request r's K + 1 target rows from r * (K + 1) of its own
         # [R * (K + 1), V] copies (the last, the bonus row, never read by stats); greedy
@@ -315,7 +288,7 @@ def main(argv=None) -> None:
 
             return call
 
-        kernels = {"grid": grid, "group-2": group(2), "group-4": group(4)}
+        kernels = {"grid": group(1), "group-2": group(2), "group-4": group(4)}
         for p in (4, 7, 8):
             kernels[f"loop-{p}-s1"] = loop(p, 1)
         kernels["loop-4-s3"] = loop(4, 3)

@@ -379,6 +379,26 @@ def _gather(ptr, index):
 
 
 @triton.jit
+def _first_index_of(x, row_max, BLOCK: tl.constexpr):
+    # Per row of [n, BLOCK] x (no NaN: mapped to -inf before), the first index holding row_max,
+    # as argmax(tie_break_left) gives it, by two plain reductions instead of one over (value,
+    # index) pairs (session 15: greedy stats 80.9 -> 74.8 us at R = 128). An all -inf row gives 0.
+    return tl.min(tl.where(x == row_max[:, None], tl.arange(0, BLOCK)[None, :], BLOCK), 1)
+
+
+@triton.jit
+def _stats_rows(cu_num_logits_ptr, draft_sampled_ptr, idx_mapping_ptr, temperature_ptr, req, K_P2: tl.constexpr):
+    # The rows of request req the stats kernel reads, j < num_read: a greedy request rows
+    # j <= first placeholder (greedy writes the argmax there), the others rows j < first. Also
+    # the request's first row, slot and temperature. Two dependent loads deep.
+    start, num_drafts, first = _request_rows(cu_num_logits_ptr, draft_sampled_ptr, req, K_P2)
+    slot = tl.load(idx_mapping_ptr + req).to(tl.int64)
+    temperature = tl.load(temperature_ptr + slot)
+    num_read = tl.where(temperature == 0.0, tl.minimum(first + 1, num_drafts), first)
+    return start, slot, temperature, num_read
+
+
+@triton.jit
 def _stats_kernel(
     target_logits_ptr,
     target_logits_stride,
@@ -411,10 +431,9 @@ def _stats_kernel(
     # kernel start as soon as its last programs with work have started.
     req = (tl.program_id(0) // GROUPS).to(tl.int64)
     j = tl.program_id(0) % GROUPS
-    start, num_drafts, first = _request_rows(cu_num_logits_ptr, draft_sampled_ptr, req, K_P2)
-    slot = tl.load(idx_mapping_ptr + req).to(tl.int64)
-    temperature = tl.load(temperature_ptr + slot)
-    num_read = tl.where(temperature == 0.0, tl.minimum(first + 1, num_drafts), first)
+    start, slot, temperature, num_read = _stats_rows(
+        cu_num_logits_ptr, draft_sampled_ptr, idx_mapping_ptr, temperature_ptr, req, K_P2
+    )
     if j >= num_read:
         return
     _launch_dependents(PDL)
@@ -433,9 +452,7 @@ def _stats_kernel(
     bmask = blocks < num_blocks
     tl.store(target_local_max_ptr + out, block_max, mask=bmask)
     if temperature == 0.0:
-        # The first index of the block max, as argmax(tie_break_left) gives it (x has no NaN), by
-        # two plain reductions instead of one over (value, index) pairs.
-        arg = tl.min(tl.where(x == block_max[:, None], tl.arange(0, BLOCK)[None, :], BLOCK), 1)
+        arg = _first_index_of(x, block_max, BLOCK)
         tl.store(target_local_argmax_ptr + out, blocks.to(tl.int64) * BLOCK + arg.to(tl.int64), mask=bmask)
     else:
         e = tl.where(x == float("-inf"), 0.0, tl.exp(x - block_max[:, None]))
@@ -991,8 +1008,8 @@ def _block_masses(
         y_raw = tl.load(d_ptr + offs, mask=offs < tl.where(plan == PLAN_RESIDUAL, vocab_size, 0), other=float("-inf"))
     x = _finite_or_neg_inf(x.to(tl.float32))
     if plan == PLAN_ARGMAX:
-        value = tl.max(x, 1)  # and its first index (as the stats kernel's argmax)
-        index = tl.min(tl.where(x == value[:, None], tl.arange(0, BLOCK)[None, :], BLOCK), 1)
+        value = tl.max(x, 1)
+        index = _first_index_of(x, value, BLOCK)
         tl.store(resampled_mass_ptr + base + blocks, value.to(tl.float64), mask=bmask)
         tl.store(resampled_argmax_ptr + base + blocks, blocks.to(tl.int64) * BLOCK + index.to(tl.int64), mask=bmask)
     else:
