@@ -88,7 +88,7 @@ def _grid_meta_kernel(
     # placeholder, then the slot's temperature; two dependent loads deep).
     req = (tl.program_id(0) // K).to(tl.int64)
     j = tl.program_id(0) % K
-    start, _, _, num_read = _stats_rows(
+    start, _, _, num_read, _ = _stats_rows(
         cu_num_logits_ptr, draft_sampled_ptr, idx_mapping_ptr, temperature_ptr, req, K_P2
     )
     if j >= num_read:

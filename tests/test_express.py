@@ -436,6 +436,9 @@ CONFIGS = {
         stats_blocks=1, stats_warps=2, residual_warps=2, resample_warps=8, fused_insert=True, dependent_launch=False
     ),
     "wide": express.Config(stats_blocks=8, stats_warps=4, residual_warps=8, resample_warps=2),
+    # the persistent resample pass with one program an SM (two programs on a CPU): each loops over
+    # tiles of several requests
+    "persistent": express.Config(resample_programs=1),
 }
 
 
@@ -496,6 +499,59 @@ def test_default_config_follows_the_batch_size():
         express.Config(stats_blocks=3)
     with pytest.raises(ValueError, match="resample_warps"):
         express.Config(resample_warps=3)
+    with pytest.raises(ValueError, match="resample_programs"):
+        express.Config(resample_programs=33)
+    with pytest.raises(ValueError, match="resample_programs"):
+        express.Config(resample_programs=4, fused_insert=True)
+
+
+@pytest.mark.parametrize(
+    "mode,draft",
+    [
+        ("greedy", "logits"),
+        ("standard", "logits"),
+        ("standard", "one-hot"),
+        ("block", "logits"),
+        ("synthetic", "one-hot"),
+    ],
+)
+def test_persistent_resample_matches_reference(device, mode, draft):
+    """The resample pass as a few looping programs: each takes a run of tiles that crosses
+    requests (V = 4100 is three sampling blocks), and requests whose plan needs no row pass
+    (greedy rejections, one-hot residuals, d_1 a placeholder) are skipped in the list."""
+    w = Workload(
+        num_reqs=7,
+        num_speculative_steps=3,
+        vocab_size=4100,
+        mode=mode,
+        draft=draft,
+        placeholder_pattern="random",
+        placeholder_density=0.3,
+        greedy_fraction=0.3,
+        ragged=True,
+        seed=31,
+    )
+    inputs = make_inputs(w, device=device)
+    config = express.Config(resample_programs=1)
+    programs = express.Pipeline(**inputs, config=config).resample_persistent_programs
+    assert 0 < programs < 7 * 3, programs  # persistent, fewer programs than tiles
+    _check(inputs, config=config)
+
+
+def test_first_placeholder_reads_row_zero_in_stats(device):
+    """A non-greedy request whose d_1 is a placeholder (or that has no draft) samples row 0's
+    target: the stats kernel reads that row and the rejection kernel draws level 1 from its
+    partials, so the resample pass has no row to read for it."""
+    w = Workload(
+        num_reqs=4, num_speculative_steps=3, vocab_size=4100, mode="standard", placeholder_pattern="all", seed=32
+    )
+    inputs = make_inputs(w, device=device)
+    pipe = express.Pipeline(**inputs, config=express.LARGE_BATCH_CONFIG)
+    pipe.target_local_max.fill_(float("nan"))
+    pipe.run()
+    assert not torch.isnan(pipe.target_local_max[inputs["cu_num_logits"][:-1].long()]).any()
+    assert (pipe.plan == express.PLAN_TARGET_DRAWN.value).all()  # level 1 drawn by the rejection kernel
+    _assert_same(emitted(pipe.sampled, pipe.num_sampled), emitted(*ref.rejection_sample(**inputs)))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -841,7 +897,10 @@ def test_reference_marginals_large(draft):
 # ---------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("mode,draft,config", [("block", "logits", "small"), ("standard", "one-hot", "large")])
+@pytest.mark.parametrize(
+    "mode,draft,config",
+    [("block", "logits", "small"), ("standard", "one-hot", "large"), ("greedy", "logits", "persistent")],
+)
 def test_stage_calls_time_each_kernel_alone(device, mode, draft, config):
     """specsample.measure.stage_calls can time each kernel alone: stage names are schema STAGES,
     every stage but the last is idempotent, and the last (insert, or the resample that inserts)
@@ -920,6 +979,29 @@ def test_production_vocab_matches_reference(mode, draft):
         seed=12,
     )
     _check(make_inputs(w, device="cuda"))
+
+
+@gpu
+@pytest.mark.parametrize("mode,draft", [("greedy", "logits"), ("standard", "logits"), ("block", "one-hot")])
+def test_persistent_resample_on_the_gpu_matches_reference(mode, draft):
+    """The persistent resample pass where it loops on a GPU: one program an SM (132 on an H200)
+    over 64 requests x 16 tiles, mixed plans."""
+    w = Workload(
+        num_reqs=64,
+        num_speculative_steps=4,
+        vocab_size=32000,
+        mode=mode,
+        draft=draft,
+        placeholder_pattern="random",
+        placeholder_density=0.3,
+        greedy_fraction=0.2,
+        ragged=True,
+        seed=33,
+    )
+    inputs = make_inputs(w, device="cuda")
+    config = express.Config(resample_programs=1)
+    assert express.Pipeline(**inputs, config=config).resample_persistent_programs > 0
+    _check(inputs, config=config)
 
 
 @gpu

@@ -52,16 +52,21 @@ zero (an all-NaN row), index 0.
 Kernels (grid; launched when), stage names as :data:`specsample.schema.STAGES`:
 
 1. ``stats``          (R*K, nb/S)   always: block max and chunked sum-exp (or argmax) of the rows
-                                    something reads (fast's rule and request-major grid)
+                                    something reads (fast's rule and request-major grid; and row 0
+                                    of a non-greedy request with no draft to test, whose target
+                                    is then the distribution to sample)
 2. ``cum_log_p``      (R,)          block verification: fp64 prefix joint ratios, and the fp64
                                     LSEs of each row read (for the residual-mass pass)
 3. ``residual_mass``  (R*(K-1), nb/S) block verification with draft logits: chunked residual mass
                                     per block, rows ``1 <= j < first -1`` (fast's rows)
 4. ``rejection``      (R,)          always: tau; the plan of row c_r + tau; level 1 where the
-                                    block masses are known (one-hot; block + draft logits, tau >= 1)
+                                    block masses are known (one-hot; block + draft logits, tau >= 1;
+                                    the target of row 0 when d_1 is a placeholder or absent)
 5. ``resample``       (R, nb/S)     always: block masses of the bonus / placeholder row or of the
-                                    draft residual (or block argmaxes of a greedy bonus row);
-                                    every other plan's programs exit at once
+                      or (P,)       draft residual (or block argmaxes of a greedy bonus row);
+                                    every other plan's programs exit at once. Where the grid would
+                                    be larger, P = ``Config.resample_programs`` an SM loop over the
+                                    tiles of the requests with work instead (the same tiles)
 6. ``insert``         (R,)          large configuration (every R with dependent launch, else from
                                     R = 32 up): level 1 where not yet drawn, level 2 in the chosen
                                     block (one block read), num_sampled = tau + 1. In the small
@@ -108,6 +113,15 @@ PLAN_TARGET = tl.constexpr(2)  # softmax(target row): the bonus row, or the row 
 PLAN_RESIDUAL = tl.constexpr(3)  # max(p - q, 0), draft logits, masses from the resample pass (standard; block tau = 0)
 PLAN_ONE_HOT = tl.constexpr(4)  # p without the rejected draft: level 1 from the stats partials
 PLAN_BLOCK_RESIDUAL = tl.constexpr(5)  # max(p_tau p - q, 0), block + draft logits, tau >= 1: level 1 from residual mass
+PLAN_TARGET_DRAWN = tl.constexpr(
+    6
+)  # softmax(target row 0), d_1 a placeholder or no draft: level 1 from the stats partials
+
+
+@triton.jit
+def _needs_row_pass(plan):
+    # The plans whose row the resample pass reads (their block masses are not known before it).
+    return (plan == PLAN_TARGET) | (plan == PLAN_RESIDUAL) | (plan == PLAN_ARGMAX)
 
 
 @dataclass(frozen=True)
@@ -122,6 +136,11 @@ class Config:
     resample_warps: int = 4
     insert_warps: int = 4  # insert (or the resample kernel's last program): one block's level 2
     fused_insert: bool = False  # the resample kernel's last program per request inserts (fast's scheme)
+    # The resample pass as this many programs an SM, each looping over its share of the tiles of
+    # the requests whose plan needs it (0: one program a tile, the (R, nb / resample_blocks) grid).
+    # Used where the grid would be larger (R * tiles > programs) and R <= PERSISTENT_MAX_REQS;
+    # not with fused_insert (which counts the programs of a request).
+    resample_programs: int = 0
     # Programmatic dependent launch (sm_90 and up; ignored elsewhere): each kernel after stats is
     # launched while the one before it runs, does its input-only loads, then waits for it.
     dependent_launch: bool = True
@@ -133,13 +152,22 @@ class Config:
         for name in ("stats_warps", "residual_warps", "resample_warps", "insert_warps"):
             if getattr(self, name) not in (1, 2, 4, 8, 16, 32):
                 raise ValueError(f"{name}: expected a power of two in [1, 32], got {getattr(self, name)}")
+        if not 0 <= self.resample_programs <= 32:
+            raise ValueError(f"resample_programs: expected 0 to 32 programs an SM, got {self.resample_programs}")
+        if self.resample_programs and self.fused_insert:
+            raise ValueError("resample_programs: the persistent resample pass cannot fuse the insert (fused_insert)")
 
 
-LARGE_BATCH_CONFIG = Config()
+# 8 persistent resample programs an SM: the most that fit (64 registers with draft logits).
+LARGE_BATCH_CONFIG = Config(resample_programs=8)
 # fast's small-batch choices: stats of 8192 entries and 8 warps (as parallel as mrv2 below R=32),
 # and the insert inside the resample kernel (one launch fewer; from R=32 up the count costs more)
 SMALL_BATCH_CONFIG = Config(stats_blocks=4, stats_warps=8, fused_insert=True)
 SMALL_BATCH_BELOW = 32
+# The persistent resample pass keeps the batch's plans as [R_P2] vectors: up to this many requests.
+PERSISTENT_MAX_REQS = 1024
+# Multiprocessors assumed on a CPU (Triton's interpreter), so that the tests loop over tiles.
+CPU_MULTIPROCESSORS = 2
 # The configurations by name: what `specsample tune` builds candidates on and memcheck forces.
 NAMED_CONFIGS = {"large": LARGE_BATCH_CONFIG, "small": SMALL_BATCH_CONFIG}
 # Warps of the one-program-per-request kernels (rejection, cum_log_p): their [K_P2, nb] fp64 LSE
@@ -389,13 +417,15 @@ def _first_index_of(x, row_max, BLOCK: tl.constexpr):
 @triton.jit
 def _stats_rows(cu_num_logits_ptr, draft_sampled_ptr, idx_mapping_ptr, temperature_ptr, req, K_P2: tl.constexpr):
     # The rows of request req the stats kernel reads, j < num_read: a greedy request rows
-    # j <= first placeholder (greedy writes the argmax there), the others rows j < first. Also
-    # the request's first row, slot and temperature. Two dependent loads deep.
+    # j <= first placeholder (greedy writes the argmax there), the others rows j < first (the
+    # rows tested), or row 0 when there is none (first == 0: tau = 0 for certain, and row 0's
+    # target is the distribution to sample, whose block masses are then the stats partials).
+    # Also the request's first row, slot, temperature and first placeholder. Two dependent loads deep.
     start, num_drafts, first = _request_rows(cu_num_logits_ptr, draft_sampled_ptr, req, K_P2)
     slot = tl.load(idx_mapping_ptr + req).to(tl.int64)
     temperature = tl.load(temperature_ptr + slot)
-    num_read = tl.where(temperature == 0.0, tl.minimum(first + 1, num_drafts), first)
-    return start, slot, temperature, num_read
+    num_read = tl.where(temperature == 0.0, tl.minimum(first + 1, num_drafts), tl.maximum(first, 1))
+    return start, slot, temperature, num_read, first
 
 
 @triton.jit
@@ -431,7 +461,7 @@ def _stats_kernel(
     # kernel start as soon as its last programs with work have started.
     req = (tl.program_id(0) // GROUPS).to(tl.int64)
     j = tl.program_id(0) % GROUPS
-    start, slot, temperature, num_read = _stats_rows(
+    start, slot, temperature, num_read, first = _stats_rows(
         cu_num_logits_ptr, draft_sampled_ptr, idx_mapping_ptr, temperature_ptr, req, K_P2
     )
     if j >= num_read:
@@ -443,9 +473,11 @@ def _stats_kernel(
     vmask = offs < vocab_size
     x = tl.load(target_logits_ptr + row * target_logits_stride + offs, mask=vmask, other=float("-inf"))
     if HAS_DRAFT_LOGITS:
-        # Issued with the target's load (fast's early draft load); nothing for a greedy row.
+        # Issued with the target's load (fast's early draft load); only for a tested row (not a
+        # greedy row, nor row 0 read for its target alone: its draft partials are never read).
         d_ptrs = draft_logits_ptr + slot * draft_logits_stride_0 + j.to(tl.int64) * draft_logits_stride_1 + offs
-        y_raw = tl.load(d_ptrs, mask=offs < tl.where(temperature != 0.0, vocab_size, 0), other=float("-inf"))
+        tested = (temperature != 0.0) & (j < first)
+        y_raw = tl.load(d_ptrs, mask=offs < tl.where(tested, vocab_size, 0), other=float("-inf"))
     x = _finite_or_neg_inf(x.to(tl.float32))
     block_max = tl.max(x, 1)
     out = row * local_stride + blocks
@@ -760,10 +792,20 @@ def _rejection_kernel(
         tl.store(plan_ptr + req, tl.where(tau == num_drafts, PLAN_ARGMAX, PLAN_DONE).to(tl.int32))
     elif first_draft < 0:
         # d_1 is a placeholder (or there is no draft): tau = 0, nothing accepted, and row c_r's
-        # plan is the plain target (what the vector path below gives at first == 0). The
-        # partials and gathered logits, loaded above, are never waited on; no LSE tiles.
+        # token is drawn from the plain target. The stats kernel read that row (_stats_rows), so
+        # level 1 is here, over the log-masses m_b + log s_b of its partials (what the resample
+        # pass would store for the row); no LSE tiles. The partials and gathered logits loaded
+        # above (rows of drafts, none tested) are unused.
+        row_0 = start * local_stride + nb
+        m_0 = tl.load(target_local_max_ptr + row_0, mask=nb_mask, other=float("-inf"))
+        s_0 = tl.load(target_local_sumexp_ptr + row_0, mask=nb_mask, other=0.0)
+        log_mass = m_0.to(tl.float64) + tl.log(s_0)
+        big = tl.max(log_mass, 0)
+        w = tl.where(log_mass == float("-inf"), 0.0, tl.exp(log_mass - big))
+        b, _ = _pick(w, _row_uniform(seed, tl.load(pos_ptr + start)), NB_P2)
+        tl.store(plan_block_ptr + req, b.to(tl.int32))
         tl.store(num_sampled_ptr + req, 0)
-        tl.store(plan_ptr + req, PLAN_TARGET)
+        tl.store(plan_ptr + req, PLAN_TARGET_DRAWN)
     else:
         if (not USE_BLOCK_VERIFICATION) or (not HAS_DRAFT_LOGITS):
             x = _finite_or_neg_inf(x_raw.to(tl.float32))
@@ -906,8 +948,7 @@ def _resample_kernel(
     if FUSED_INSERT:
         tau = tau & 0xFFFF
     tau = tau.to(tl.int64)
-    work = (plan == PLAN_TARGET) | (plan == PLAN_RESIDUAL) | (plan == PLAN_ARGMAX)
-    if work:
+    if _needs_row_pass(plan):
         _launch_dependents(PDL)
         _block_masses(
             resampled_mass_ptr,
@@ -927,6 +968,7 @@ def _resample_kernel(
             req,
             plan,
             tau,
+            tl.program_id(1),
             HAS_DRAFT_LOGITS,
             SUB,
             BLOCK,
@@ -972,6 +1014,84 @@ def _resample_kernel(
 
 
 @triton.jit
+def _resample_persistent_kernel(
+    resampled_mass_ptr,
+    resampled_argmax_ptr,
+    resampled_stride,
+    num_blocks,
+    num_sampled_ptr,
+    plan_ptr,
+    plan_lse_ptr,
+    target_logits_ptr,
+    target_logits_stride,
+    draft_logits_ptr,
+    draft_logits_stride_0,
+    draft_logits_stride_1,
+    cu_num_logits_ptr,
+    idx_mapping_ptr,
+    temperature_ptr,
+    vocab_size,
+    num_reqs,
+    TILES: tl.constexpr,
+    R_P2: tl.constexpr,
+    HAS_DRAFT_LOGITS: tl.constexpr,
+    SUB: tl.constexpr,
+    BLOCK: tl.constexpr,
+    PDL: tl.constexpr,
+):
+    # The resample pass with a fixed number of programs (Config.resample_programs an SM), each
+    # looping over its share of the tiles of the requests whose plan needs the pass: a grid
+    # (R, TILES) launches a program for every tile, and for greedy and one-hot batches, where
+    # few requests need the pass, nearly all of them only exit (7.5 us of the 9,600 at R = 128,
+    # notes/performance.md). The same tiles as the grid's, each by _block_masses: the same values.
+    # Every program reads the R plans, counts the requests with work (in request order), and
+    # takes the tiles [pid * per, (pid + 1) * per) of that list, per = ceil(count * TILES / G):
+    # consecutive tiles of one or two requests, whose metadata loads then hit L1.
+    _wait_for_prior(PDL)
+    r = tl.arange(0, R_P2)
+    work = _needs_row_pass(tl.load(plan_ptr + r, mask=r < num_reqs, other=PLAN_DONE)).to(tl.int32)
+    total = tl.sum(work, 0) * TILES
+    per = tl.cdiv(total, tl.num_programs(0))
+    first_tile = tl.program_id(0) * per
+    last_tile = tl.minimum(first_tile + per, total)
+    if first_tile < last_tile:
+        _launch_dependents(PDL)
+        # the request of the first tile: the (e + 1)-th with work, e = first_tile // TILES
+        req = tl.sum((tl.cumsum(work, 0) <= first_tile // TILES).to(tl.int32), 0)
+        g = first_tile % TILES
+        for _ in range(first_tile, last_tile):
+            plan = tl.load(plan_ptr + req)
+            tau = tl.load(num_sampled_ptr + req).to(tl.int64)
+            _block_masses(
+                resampled_mass_ptr,
+                resampled_argmax_ptr,
+                req.to(tl.int64) * resampled_stride,
+                num_blocks,
+                plan_lse_ptr,
+                target_logits_ptr,
+                target_logits_stride,
+                draft_logits_ptr,
+                draft_logits_stride_0,
+                draft_logits_stride_1,
+                cu_num_logits_ptr,
+                idx_mapping_ptr,
+                temperature_ptr,
+                vocab_size,
+                req.to(tl.int64),
+                plan,
+                tau,
+                g,
+                HAS_DRAFT_LOGITS,
+                SUB,
+                BLOCK,
+            )
+            g += 1
+            if g == TILES:  # on to the next request with work
+                g = 0
+                req = tl.min(tl.where((work != 0) & (r > req), r, R_P2), 0)
+
+
+@triton.jit
 def _block_masses(
     resampled_mass_ptr,
     resampled_argmax_ptr,
@@ -990,15 +1110,16 @@ def _block_masses(
     req,
     plan,
     tau,
+    tile,
     HAS_DRAFT_LOGITS: tl.constexpr,
     SUB: tl.constexpr,
     BLOCK: tl.constexpr,
 ):
-    # One [SUB, BLOCK] tile of the resample row: per sampling block its log-mass (fp64) or, for a
-    # greedy bonus row, its max and first argmax, at [R, nb] offset ``base``.
+    # Tile ``tile`` ([SUB, BLOCK]) of the resample row: per sampling block its log-mass (fp64)
+    # or, for a greedy bonus row, its max and first argmax, at [R, nb] offset ``base``.
     slot = tl.load(idx_mapping_ptr + req).to(tl.int64)
     row = tl.load(cu_num_logits_ptr + req).to(tl.int64) + tau
-    blocks = tl.program_id(1) * SUB + tl.arange(0, SUB)
+    blocks = tile * SUB + tl.arange(0, SUB)
     offs = blocks[:, None] * BLOCK + tl.arange(0, BLOCK)[None, :]
     mask = offs < vocab_size
     bmask = blocks < num_blocks
@@ -1165,7 +1286,9 @@ def _insert_request(
             cache_modifier=CACHE,
         )
         early_block = tl.load(
-            plan_block_ptr + req, mask=(plan == PLAN_ONE_HOT) | (plan == PLAN_BLOCK_RESIDUAL), other=0
+            plan_block_ptr + req,
+            mask=(plan == PLAN_ONE_HOT) | (plan == PLAN_BLOCK_RESIDUAL) | (plan == PLAN_TARGET_DRAWN),
+            other=0,
         )
         if HAS_DRAFT_LOGITS:
             scale = tl.load(plan_scale_ptr + req, mask=draft_residual, other=1.0)
@@ -1269,6 +1392,13 @@ class Pipeline:
         self.num_blocks = triton.cdiv(vocab_size, SAMPLE_BLOCK)
         self.nb_p2 = triton.next_power_of_2(self.num_blocks)
         self.k_p2 = triton.next_power_of_2(max(self.k, 1))
+        # The resample pass: a persistent grid of resample_programs an SM where the (R, tiles)
+        # grid would be larger, else the grid (0 programs).
+        self.resample_tiles = triton.cdiv(self.num_blocks, self.config.resample_blocks)
+        sms = torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else None
+        programs = self.config.resample_programs * (sms or CPU_MULTIPROCESSORS)
+        persistent = 0 < programs < self.num_reqs * self.resample_tiles and self.num_reqs <= PERSISTENT_MAX_REQS
+        self.resample_persistent_programs = programs if persistent else 0
         n, nb, r = self.num_logits, self.num_blocks, self.num_reqs
         f32 = dict(dtype=torch.float32, device=device)
         f64 = dict(dtype=torch.float64, device=device)
@@ -1451,7 +1581,32 @@ class Pipeline:
     # ---- 5. block masses of the rows not known yet (with the fused insert: and the insert)
     def _resample(self) -> None:
         c = self.config
-        programs = triton.cdiv(self.num_blocks, c.resample_blocks)
+        if self.resample_persistent_programs:
+            _resample_persistent_kernel[(self.resample_persistent_programs,)](
+                resampled_mass_ptr=self.resampled_mass,
+                resampled_argmax_ptr=self.resampled_argmax,
+                resampled_stride=self.num_blocks,
+                num_blocks=self.num_blocks,
+                num_sampled_ptr=self.num_sampled,
+                plan_ptr=self.plan,
+                plan_lse_ptr=self.plan_lse,
+                **self._logits(),
+                cu_num_logits_ptr=self.cu_num_logits,
+                idx_mapping_ptr=self.idx_mapping,
+                temperature_ptr=self.temperature,
+                vocab_size=self.vocab_size,
+                num_reqs=self.num_reqs,
+                TILES=self.resample_tiles,
+                R_P2=triton.next_power_of_2(self.num_reqs),
+                HAS_DRAFT_LOGITS=self.has_draft_logits,
+                SUB=c.resample_blocks,
+                BLOCK=SAMPLE_BLOCK,
+                PDL=self.dependent_launch,
+                num_warps=c.resample_warps,
+                launch_pdl=self.dependent_launch,
+            )
+            return
+        programs = self.resample_tiles
         _resample_kernel[(self.num_reqs, programs)](
             sampled_ptr=self.sampled,
             sampled_stride=self.sampled.stride(0),

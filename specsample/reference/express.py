@@ -38,13 +38,15 @@ Bytes read by the Triton pipeline (``s_t``/``s_d`` bytes per target/draft logit;
 valid drafts before the first ``-1``; ``tau_r`` the accepted count; B = ``SAMPLE_BLOCK``):
 
 - stats: rows ``0..m_r-1`` of non-greedy requests, target and draft (``V * (s_t + s_d)`` each,
-  target only one-hot); rows ``0..min(m_r, n_r - 1)`` of greedy requests, target only;
+  target only one-hot), and row 0's target alone when ``m_r = 0`` (``tau = 0`` for certain, and
+  that row is the one to sample); rows ``0..min(m_r, n_r - 1)`` of greedy requests, target only;
 - residual mass (block verification with draft logits): rows ``1..m_r-1``, ``V * (s_t + s_d)``;
 - resample, one row per request whose block masses are not known yet: ``V * s_t`` for the bonus
-  / placeholder row (``tau = m``) and a greedy request's bonus row, ``V * (s_t + s_d)`` for the
-  draft-logits residual at a rejected row (standard ``tau < m``; block ``tau = 0``); nothing for
-  a one-hot residual (stats partials) or a block residual at ``tau >= 1`` (residual-mass
-  partials), nor for a greedy rejection;
+  / placeholder row (``tau = m >= 1``) and a greedy request's bonus row, ``V * (s_t + s_d)`` for
+  the draft-logits residual at a rejected row (standard ``tau < m``; block ``tau = 0``); nothing
+  for a one-hot residual (stats partials), a block residual at ``tau >= 1`` (residual-mass
+  partials) or row 0 of a non-greedy request with ``m_r = 0`` (stats partials), nor for a greedy
+  rejection;
 - insert: the chosen block again, ``B * s_t`` (``B * (s_t + s_d)`` for a draft residual), per
   non-greedy request;
 - the serial kernels: ``O(R * K * V / B)`` partials and a few gathers.
