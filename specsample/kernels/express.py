@@ -65,7 +65,8 @@ Kernels (grid; launched when), stage names as :data:`specsample.schema.STAGES`:
 5. ``resample``       (R, nb/S)     always: block masses of the bonus / placeholder row or of the
                       or (P,)       draft residual (or block argmaxes of a greedy bonus row);
                                     every other plan's programs exit at once. Where the grid would
-                                    be larger, P = ``Config.resample_programs`` an SM loop over the
+                                    be larger than the programs that fit on the GPU at once, P of
+                                    them (at most ``Config.resample_programs`` an SM) loop over the
                                     tiles of the requests with work instead (the same tiles)
 6. ``insert``         (R,)          large configuration (every R with dependent launch, else from
                                     R = 32 up): level 1 where not yet drawn, level 2 in the chosen
@@ -136,10 +137,10 @@ class Config:
     resample_warps: int = 4
     insert_warps: int = 4  # insert (or the resample kernel's last program): one block's level 2
     fused_insert: bool = False  # the resample kernel's last program per request inserts (fast's scheme)
-    # The resample pass as this many programs an SM, each looping over its share of the tiles of
-    # the requests whose plan needs it (0: one program a tile, the (R, nb / resample_blocks) grid).
-    # Used where the grid would be larger (R * tiles > programs) and R <= PERSISTENT_MAX_REQS;
-    # not with fused_insert (which counts the programs of a request).
+    # The resample pass as at most this many programs an SM (fewer if fewer fit at once), looping
+    # over the tiles of the requests whose plan needs it (0: one program a tile, the
+    # (R, nb / resample_blocks) grid). Used where the grid would be larger and R <=
+    # PERSISTENT_MAX_REQS; not with fused_insert (which counts the programs of a request).
     resample_programs: int = 0
     # Programmatic dependent launch (sm_90 and up; ignored elsewhere): each kernel after stats is
     # launched while the one before it runs, does its input-only loads, then waits for it.
@@ -158,8 +159,7 @@ class Config:
             raise ValueError("resample_programs: the persistent resample pass cannot fuse the insert (fused_insert)")
 
 
-# 8 persistent resample programs an SM: the most that fit (64 registers with draft logits).
-LARGE_BATCH_CONFIG = Config(resample_programs=8)
+LARGE_BATCH_CONFIG = Config()
 # fast's small-batch choices: stats of 8192 entries and 8 warps (as parallel as mrv2 below R=32),
 # and the insert inside the resample kernel (one launch fewer; from R=32 up the count costs more)
 SMALL_BATCH_CONFIG = Config(stats_blocks=4, stats_warps=8, fused_insert=True)
@@ -168,12 +168,41 @@ SMALL_BATCH_BELOW = 32
 PERSISTENT_MAX_REQS = 1024
 # Multiprocessors assumed on a CPU (Triton's interpreter), so that the tests loop over tiles.
 CPU_MULTIPROCESSORS = 2
+# ptxas's register cap for the persistent resample kernel, by HAS_DRAFT_LOGITS: the grid kernel's
+# registers at 4 warps (sm_90), so that as many of its programs fit an SM (9 with draft logits,
+# 16 one-hot) with no spill; uncapped it takes 64 / 40 (8 / 12 an SM).
+PERSISTENT_RESAMPLE_REGISTERS = {True: 56, False: 32}
 # The configurations by name: what `specsample tune` builds candidates on and memcheck forces.
 NAMED_CONFIGS = {"large": LARGE_BATCH_CONFIG, "small": SMALL_BATCH_CONFIG}
 # Warps of the one-program-per-request kernels (rejection, cum_log_p): their [K_P2, nb] fp64 LSE
 # tiles spread over 128 threads. Not a Config field: it sets the reduction tree of those LSEs
 # (fp64 sums, so ulps at most), and a configuration must not reach a draw even by an ulp.
 REQUEST_WARPS = 4
+
+
+def _multiprocessors(device: torch.device) -> int:
+    """The GPU's multiprocessors (:data:`CPU_MULTIPROCESSORS` on a CPU)."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).multi_processor_count
+    return CPU_MULTIPROCESSORS
+
+
+def _programs_per_multiprocessor(kernel, num_warps: int, device: torch.device) -> int:
+    """How many programs of a compiled kernel fit on one multiprocessor at once: its registers
+    (allocated per warp in units of 256), threads, shared memory, and the 32-block limit."""
+    kernel._init_handles()
+    props = torch.cuda.get_device_properties(device)
+    threads = num_warps * 32
+    warp_registers = -(-kernel.n_regs * 32 // 256) * 256
+    fit = min(
+        32,
+        getattr(props, "max_threads_per_multi_processor", 2048) // threads,
+        getattr(props, "regs_per_multiprocessor", 65536) // (warp_registers * num_warps),
+    )
+    shared = kernel.metadata.shared
+    if shared:
+        fit = min(fit, getattr(props, "shared_memory_per_multiprocessor", 228 * 1024) // shared)
+    return max(fit, 1)
 
 
 def supports_dependent_launch(device: torch.device) -> bool:
@@ -489,7 +518,9 @@ def _stats_kernel(
     else:
         e = tl.where(x == float("-inf"), 0.0, tl.exp(x - block_max[:, None]))
         tl.store(target_local_sumexp_ptr + out, _chunked_sum(e, SUB, BLOCK), mask=bmask)
-        if HAS_DRAFT_LOGITS:
+        # Not for row 0 read for its target alone: its draft arithmetic on an empty tile made each
+        # such program as long as a tested row's (R = 128, phi = 1: stats 13.7 -> 41 us, session 16).
+        if HAS_DRAFT_LOGITS and j < first:
             y = _finite_or_neg_inf(y_raw.to(tl.float32) * _inverse(temperature))
             d_max = tl.max(y, 1)
             ey = tl.where(y == float("-inf"), 0.0, tl.exp(y - d_max[:, None]))
@@ -1039,33 +1070,32 @@ def _resample_persistent_kernel(
     BLOCK: tl.constexpr,
     PDL: tl.constexpr,
 ):
-    # The resample pass with a fixed number of programs (Config.resample_programs an SM), each
-    # looping over its share of the tiles of the requests whose plan needs the pass: a grid
-    # (R, TILES) launches a program for every tile, and for greedy and one-hot batches, where
-    # few requests need the pass, nearly all of them only exit (7.5 us of the 9,600 at R = 128,
-    # notes/performance.md). The same tiles as the grid's, each by _block_masses: the same values.
-    # Every program reads the R plans, counts the requests with work (in request order), and
-    # takes the tiles [pid * per, (pid + 1) * per) of that list, per = ceil(count * TILES / G):
-    # consecutive tiles of one or two requests, whose metadata loads then hit L1.
+    # The resample pass as a fixed grid of programs (as many as fit on the GPU at once, at most
+    # Config.resample_programs an SM), looping over the tiles of the requests whose plan needs a
+    # row pass: the (R, TILES) grid launches a program for every tile, and for greedy and
+    # one-hot batches, where few requests need the pass, nearly all of them only exit (7.3 us of
+    # 9,600 programs at R = 128, notes/performance.md). Every program reads the R plans and
+    # lists the requests with work (in request order); tile f of that list (request e = f //
+    # TILES, tile f % TILES of its row) goes to program f mod G, so the programs at work at
+    # once read consecutive tiles as the grid's do, and every program has the grid's latency
+    # chain per tile (its tiles are one after another; the grid's concurrency comes from G being
+    # as many programs as fit). A run of consecutive tiles a program instead (session 16's
+    # first try) left programs idle and cost 50% where rows are read. The same tiles by the same
+    # _block_masses: the same values.
     _wait_for_prior(PDL)
     r = tl.arange(0, R_P2)
     work = _needs_row_pass(tl.load(plan_ptr + r, mask=r < num_reqs, other=PLAN_DONE)).to(tl.int32)
     total = tl.sum(work, 0) * TILES
-    per = tl.cdiv(total, tl.num_programs(0))
-    first_tile = tl.program_id(0) * per
-    last_tile = tl.minimum(first_tile + per, total)
-    if first_tile < last_tile:
+    if tl.program_id(0) < total:
         _launch_dependents(PDL)
-        # the request of the first tile: the (e + 1)-th with work, e = first_tile // TILES
-        req = tl.sum((tl.cumsum(work, 0) <= first_tile // TILES).to(tl.int32), 0)
-        g = first_tile % TILES
-        for _ in range(first_tile, last_tile):
-            plan = tl.load(plan_ptr + req)
-            tau = tl.load(num_sampled_ptr + req).to(tl.int64)
+        done_before = tl.cumsum(work, 0)  # requests with work up to and including r
+        for f in range(tl.program_id(0), total, tl.num_programs(0)):
+            e = f // TILES
+            req = tl.sum((done_before <= e).to(tl.int32), 0).to(tl.int64)  # the (e + 1)-th with work
             _block_masses(
                 resampled_mass_ptr,
                 resampled_argmax_ptr,
-                req.to(tl.int64) * resampled_stride,
+                req * resampled_stride,
                 num_blocks,
                 plan_lse_ptr,
                 target_logits_ptr,
@@ -1077,18 +1107,14 @@ def _resample_persistent_kernel(
                 idx_mapping_ptr,
                 temperature_ptr,
                 vocab_size,
-                req.to(tl.int64),
-                plan,
-                tau,
-                g,
+                req,
+                tl.load(plan_ptr + req),
+                tl.load(num_sampled_ptr + req).to(tl.int64),
+                f - e * TILES,
                 HAS_DRAFT_LOGITS,
                 SUB,
                 BLOCK,
             )
-            g += 1
-            if g == TILES:  # on to the next request with work
-                g = 0
-                req = tl.min(tl.where((work != 0) & (r > req), r, R_P2), 0)
 
 
 @triton.jit
@@ -1392,13 +1418,7 @@ class Pipeline:
         self.num_blocks = triton.cdiv(vocab_size, SAMPLE_BLOCK)
         self.nb_p2 = triton.next_power_of_2(self.num_blocks)
         self.k_p2 = triton.next_power_of_2(max(self.k, 1))
-        # The resample pass: a persistent grid of resample_programs an SM where the (R, tiles)
-        # grid would be larger, else the grid (0 programs).
         self.resample_tiles = triton.cdiv(self.num_blocks, self.config.resample_blocks)
-        sms = torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else None
-        programs = self.config.resample_programs * (sms or CPU_MULTIPROCESSORS)
-        persistent = 0 < programs < self.num_reqs * self.resample_tiles and self.num_reqs <= PERSISTENT_MAX_REQS
-        self.resample_persistent_programs = programs if persistent else 0
         n, nb, r = self.num_logits, self.num_blocks, self.num_reqs
         f32 = dict(dtype=torch.float32, device=device)
         f64 = dict(dtype=torch.float64, device=device)
@@ -1435,6 +1455,21 @@ class Pipeline:
         # ---- outputs
         self.sampled = torch.empty(r, self.k + 1, **i64)
         self.num_sampled = torch.empty(r, dtype=torch.int32, device=device)
+
+        # The resample pass: persistent (this many programs) where the (R, tiles) grid would be
+        # larger than the programs that fit on the GPU at once, else the grid (0).
+        self.resample_persistent_programs = self._persistent_resample_programs()
+
+    def _persistent_resample_programs(self) -> int:
+        per_sm = self.config.resample_programs
+        if not per_sm or self.num_reqs > PERSISTENT_MAX_REQS:
+            return 0
+        device = self.target_logits.device
+        if device.type == "cuda":
+            kernel = _resample_persistent_kernel.warmup(**self._resample_persistent_args(), grid=(1,))
+            per_sm = min(per_sm, _programs_per_multiprocessor(kernel, self.config.resample_warps, device))
+        programs = per_sm * _multiprocessors(device)
+        return programs if programs < self.num_reqs * self.resample_tiles else 0
 
     def stages(self) -> list[tuple[str, Callable[[], None]]]:
         """The kernel launches of one call, in order (names from ``specsample.schema.STAGES``)."""
@@ -1582,29 +1617,7 @@ class Pipeline:
     def _resample(self) -> None:
         c = self.config
         if self.resample_persistent_programs:
-            _resample_persistent_kernel[(self.resample_persistent_programs,)](
-                resampled_mass_ptr=self.resampled_mass,
-                resampled_argmax_ptr=self.resampled_argmax,
-                resampled_stride=self.num_blocks,
-                num_blocks=self.num_blocks,
-                num_sampled_ptr=self.num_sampled,
-                plan_ptr=self.plan,
-                plan_lse_ptr=self.plan_lse,
-                **self._logits(),
-                cu_num_logits_ptr=self.cu_num_logits,
-                idx_mapping_ptr=self.idx_mapping,
-                temperature_ptr=self.temperature,
-                vocab_size=self.vocab_size,
-                num_reqs=self.num_reqs,
-                TILES=self.resample_tiles,
-                R_P2=triton.next_power_of_2(self.num_reqs),
-                HAS_DRAFT_LOGITS=self.has_draft_logits,
-                SUB=c.resample_blocks,
-                BLOCK=SAMPLE_BLOCK,
-                PDL=self.dependent_launch,
-                num_warps=c.resample_warps,
-                launch_pdl=self.dependent_launch,
-            )
+            _resample_persistent_kernel[(self.resample_persistent_programs,)](**self._resample_persistent_args())
             return
         programs = self.resample_tiles
         _resample_kernel[(self.num_reqs, programs)](
@@ -1629,6 +1642,32 @@ class Pipeline:
             PDL=self.dependent_launch,
             num_warps=c.resample_warps,
             launch_pdl=self.dependent_launch,
+        )
+
+    def _resample_persistent_args(self) -> dict:
+        return dict(
+            resampled_mass_ptr=self.resampled_mass,
+            resampled_argmax_ptr=self.resampled_argmax,
+            resampled_stride=self.num_blocks,
+            num_blocks=self.num_blocks,
+            num_sampled_ptr=self.num_sampled,
+            plan_ptr=self.plan,
+            plan_lse_ptr=self.plan_lse,
+            **self._logits(),
+            cu_num_logits_ptr=self.cu_num_logits,
+            idx_mapping_ptr=self.idx_mapping,
+            temperature_ptr=self.temperature,
+            vocab_size=self.vocab_size,
+            num_reqs=self.num_reqs,
+            TILES=self.resample_tiles,
+            R_P2=triton.next_power_of_2(self.num_reqs),
+            HAS_DRAFT_LOGITS=self.has_draft_logits,
+            SUB=self.config.resample_blocks,
+            BLOCK=SAMPLE_BLOCK,
+            PDL=self.dependent_launch,
+            num_warps=self.config.resample_warps,
+            launch_pdl=self.dependent_launch,
+            maxnreg=PERSISTENT_RESAMPLE_REGISTERS[self.has_draft_logits],
         )
 
     # ---- 6. level 1 where not drawn yet, level 2 in the chosen block; num_sampled = tau + 1
