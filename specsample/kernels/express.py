@@ -159,7 +159,8 @@ class Config:
             raise ValueError("resample_programs: the persistent resample pass cannot fuse the insert (fused_insert)")
 
 
-LARGE_BATCH_CONFIG = Config()
+# The persistent resample pass with as many programs as fit (9 an SM with draft logits, 16 one-hot).
+LARGE_BATCH_CONFIG = Config(resample_programs=32)
 # fast's small-batch choices: stats of 8192 entries and 8 warps (as parallel as mrv2 below R=32),
 # and the insert inside the resample kernel (one launch fewer; from R=32 up the count costs more)
 SMALL_BATCH_CONFIG = Config(stats_blocks=4, stats_warps=8, fused_insert=True)
