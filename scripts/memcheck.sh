@@ -6,7 +6,7 @@ set -u
 status=0
 # fast and express in each of their batch-size configurations, forced at every batch size
 for run in mrv2 mrv2-vllm "fast --config tiny" "fast --config small" "fast --config large" \
-  express "express --config small" "express --config large" mrv2-pre50939 torch-eager; do
+  express "express --config small" "express --config large" "express --vocab-size 65536" mrv2-pre50939 torch-eager; do
   log=$(mktemp)
   # shellcheck disable=SC2086  # $run is a subject and its options
   timeout "${MEMCHECK_TIMEOUT:-120}" compute-sanitizer --tool memcheck --error-exitcode 1 \

@@ -505,28 +505,20 @@ def test_default_config_follows_the_batch_size():
         express.Config(resample_programs=4, fused_insert=True)
 
 
-@pytest.mark.parametrize(
-    "mode,draft",
-    [
-        ("greedy", "logits"),
-        ("standard", "logits"),
-        ("standard", "one-hot"),
-        ("block", "logits"),
-        ("synthetic", "one-hot"),
-    ],
-)
-def test_persistent_resample_matches_reference(device, mode, draft, monkeypatch):
+@pytest.mark.parametrize("mode", ["greedy", "standard", "block", "synthetic"])
+def test_persistent_resample_matches_reference(device, mode, monkeypatch):
     """The resample pass as two looping programs (two multiprocessors, one program each, on any
     device): each takes every other tile of the requests with work, across requests (V = 4100 is
     three sampling blocks), and requests whose plan needs no row pass (greedy rejections,
-    one-hot residuals, d_1 a placeholder) are left out of the list."""
+    one-hot residuals, d_1 a placeholder) are left out of the list. One-hot drafts: with draft
+    logits the pipeline keeps the grid (checked last)."""
     monkeypatch.setattr(express, "_multiprocessors", lambda device: 2)
     w = Workload(
         num_reqs=7,
         num_speculative_steps=3,
         vocab_size=4100,
         mode=mode,
-        draft=draft,
+        draft="one-hot",
         placeholder_pattern="random",
         placeholder_density=0.3,
         greedy_fraction=0.3,
@@ -537,6 +529,8 @@ def test_persistent_resample_matches_reference(device, mode, draft, monkeypatch)
     config = express.Config(resample_programs=1)
     assert express.Pipeline(**inputs, config=config).resample_persistent_programs == 2
     _check(inputs, config=config)
+    logits = make_inputs(replace(w, draft="logits"), device=device)
+    assert express.Pipeline(**logits, config=config).resample_persistent_programs == 0
 
 
 def test_first_placeholder_reads_row_zero_in_stats(device):
@@ -900,7 +894,7 @@ def test_reference_marginals_large(draft):
 
 @pytest.mark.parametrize(
     "mode,draft,config",
-    [("block", "logits", "small"), ("standard", "one-hot", "large"), ("greedy", "logits", "persistent")],
+    [("block", "logits", "small"), ("standard", "one-hot", "large"), ("greedy", "one-hot", "persistent")],
 )
 def test_stage_calls_time_each_kernel_alone(device, mode, draft, config):
     """specsample.measure.stage_calls can time each kernel alone: stage names are schema STAGES,
@@ -983,16 +977,16 @@ def test_production_vocab_matches_reference(mode, draft):
 
 
 @gpu
-@pytest.mark.parametrize("mode,draft", [("greedy", "logits"), ("standard", "logits"), ("block", "one-hot")])
-def test_persistent_resample_on_the_gpu_matches_reference(mode, draft):
-    """The persistent resample pass where it loops on a GPU at its own count of programs: one an
-    SM (132 on an H200) over 64 requests x 16 tiles, mixed plans."""
+@pytest.mark.parametrize("mode", ["greedy", "standard", "block"])
+def test_persistent_resample_on_the_gpu_matches_reference(mode):
+    """The persistent resample pass (one-hot drafts) where it loops on a GPU at its own count of
+    programs: one an SM (132 on an H200) over 64 requests x 16 tiles, mixed plans."""
     w = Workload(
         num_reqs=64,
         num_speculative_steps=4,
         vocab_size=32000,
         mode=mode,
-        draft=draft,
+        draft="one-hot",
         placeholder_pattern="random",
         placeholder_density=0.3,
         greedy_fraction=0.2,

@@ -11,7 +11,7 @@ box. Without a GPU it runs under Triton's
 interpreter (set here when ``TRITON_INTERPRET`` is unset): no memory checking there, but it
 proves every case runs. Cases: placeholder-heavy, all-placeholder, all-NaN logits, V not a
 multiple of any block size, R=1, ragged requests, R=128 (express's persistent resample pass
-loops there), in every mode and draft kind; every output
+loops there at ``--vocab-size 65536``), in every mode and draft kind; every output
 token must lie in ``[0, V)`` (but the pre-#50939 replica's, which may emit ``-1`` by design)
 and every count in ``[1, K + 1]``.
 """
@@ -29,8 +29,8 @@ CASES = {
     "all-placeholder": dict(placeholder_pattern="all"),
     "odd-vocab-R1": dict(num_reqs=1, vocab_size=8193, placeholder_density=0.5),
     "ragged-mixed-T": dict(ragged=True, greedy_fraction=0.5, placeholder_density=0.25),
-    # more resample tiles than an H200 runs programs of express's persistent resample pass (128
-    # requests x 10 tiles > 8 x 132): the pass loops over tiles of several requests a program
+    # many requests: with --vocab-size 65536, more resample tiles (128 x 32) than an H200 runs
+    # programs of express's persistent resample pass (one-hot drafts: 16 x 132), which then loops
     "many-requests": dict(
         num_reqs=128, ragged=True, greedy_fraction=0.3, placeholder_density=0.5, placeholder_pattern="random"
     ),

@@ -64,10 +64,11 @@ Kernels (grid; launched when), stage names as :data:`specsample.schema.STAGES`:
                                     the target of row 0 when d_1 is a placeholder or absent)
 5. ``resample``       (R, nb/S)     always: block masses of the bonus / placeholder row or of the
                       or (P,)       draft residual (or block argmaxes of a greedy bonus row);
-                                    every other plan's programs exit at once. Where the grid would
-                                    be larger than the programs that fit on the GPU at once, P of
-                                    them (at most ``Config.resample_programs`` an SM) loop over the
-                                    tiles of the requests with work instead (the same tiles)
+                                    every other plan's programs exit at once. With one-hot drafts
+                                    (few plans need the pass: bonus / placeholder rows), where the
+                                    grid would be larger than the programs that fit on the GPU at
+                                    once, P of them (at most ``Config.resample_programs`` an SM)
+                                    loop over the tiles of the requests with work (the same tiles)
 6. ``insert``         (R,)          large configuration (every R with dependent launch, else from
                                     R = 32 up): level 1 where not yet drawn, level 2 in the chosen
                                     block (one block read), num_sampled = tau + 1. In the small
@@ -137,10 +138,12 @@ class Config:
     resample_warps: int = 4
     insert_warps: int = 4  # insert (or the resample kernel's last program): one block's level 2
     fused_insert: bool = False  # the resample kernel's last program per request inserts (fast's scheme)
-    # The resample pass as at most this many programs an SM (fewer if fewer fit at once), looping
-    # over the tiles of the requests whose plan needs it (0: one program a tile, the
-    # (R, nb / resample_blocks) grid). Used where the grid would be larger and R <=
-    # PERSISTENT_MAX_REQS; not with fused_insert (which counts the programs of a request).
+    # With one-hot drafts, the resample pass as at most this many programs an SM (fewer if fewer
+    # fit at once), looping over the tiles of the requests whose plan needs it (0: one program a
+    # tile, the (R, nb / resample_blocks) grid). Used where the grid would be larger and R <=
+    # PERSISTENT_MAX_REQS; not with fused_insert (which counts the programs of a request). With
+    # draft logits always the grid: every rejected request's residual row is read there, and the
+    # persistent pass read rows 29-32% slower than the grid (H200, session 16).
     resample_programs: int = 0
     # Programmatic dependent launch (sm_90 and up; ignored elsewhere): each kernel after stats is
     # launched while the one before it runs, does its input-only loads, then waits for it.
@@ -159,7 +162,7 @@ class Config:
             raise ValueError("resample_programs: the persistent resample pass cannot fuse the insert (fused_insert)")
 
 
-# The persistent resample pass with as many programs as fit (9 an SM with draft logits, 16 one-hot).
+# One-hot drafts: the persistent resample pass, with as many programs as fit (16 an SM).
 LARGE_BATCH_CONFIG = Config(resample_programs=32)
 # fast's small-batch choices: stats of 8192 entries and 8 warps (as parallel as mrv2 below R=32),
 # and the insert inside the resample kernel (one launch fewer; from R=32 up the count costs more)
@@ -169,10 +172,10 @@ SMALL_BATCH_BELOW = 32
 PERSISTENT_MAX_REQS = 1024
 # Multiprocessors assumed on a CPU (Triton's interpreter), so that the tests loop over tiles.
 CPU_MULTIPROCESSORS = 2
-# ptxas's register cap for the persistent resample kernel, by HAS_DRAFT_LOGITS: the grid kernel's
-# registers at 4 warps (sm_90), so that as many of its programs fit an SM (9 with draft logits,
-# 16 one-hot) with no spill; uncapped it takes 64 / 40 (8 / 12 an SM).
-PERSISTENT_RESAMPLE_REGISTERS = {True: 56, False: 32}
+# ptxas's register cap for the persistent resample kernel (one-hot drafts): the grid kernel's
+# registers at 4 warps (sm_90), so that as many of its programs fit an SM (16), with no spill;
+# uncapped it takes 40 (12 an SM).
+PERSISTENT_RESAMPLE_REGISTERS = 32
 # The configurations by name: what `specsample tune` builds candidates on and memcheck forces.
 NAMED_CONFIGS = {"large": LARGE_BATCH_CONFIG, "small": SMALL_BATCH_CONFIG}
 # Warps of the one-program-per-request kernels (rejection, cum_log_p): their [K_P2, nb] fp64 LSE
@@ -1081,8 +1084,11 @@ def _resample_persistent_kernel(
     # once read consecutive tiles as the grid's do, and every program has the grid's latency
     # chain per tile (its tiles are one after another; the grid's concurrency comes from G being
     # as many programs as fit). A run of consecutive tiles a program instead (session 16's
-    # first try) left programs idle and cost 50% where rows are read. The same tiles by the same
-    # _block_masses: the same values.
+    # first try) left programs idle and cost 50% where rows are read. Even so a program's tiles
+    # one after another read rows 29-32% slower than the grid's programs (draft-logits
+    # residuals, H200): so the pipeline runs it for one-hot drafts only, whose pass reads only
+    # the bonus / placeholder rows of the requests that accepted every draft. The same tiles by
+    # the same _block_masses: the same values.
     _wait_for_prior(PDL)
     r = tl.arange(0, R_P2)
     work = _needs_row_pass(tl.load(plan_ptr + r, mask=r < num_reqs, other=PLAN_DONE)).to(tl.int32)
@@ -1457,13 +1463,13 @@ class Pipeline:
         self.sampled = torch.empty(r, self.k + 1, **i64)
         self.num_sampled = torch.empty(r, dtype=torch.int32, device=device)
 
-        # The resample pass: persistent (this many programs) where the (R, tiles) grid would be
-        # larger than the programs that fit on the GPU at once, else the grid (0).
+        # The resample pass: persistent (this many programs) with one-hot drafts where the (R,
+        # tiles) grid would be larger than the programs that fit on the GPU at once, else the grid (0).
         self.resample_persistent_programs = self._persistent_resample_programs()
 
     def _persistent_resample_programs(self) -> int:
         per_sm = self.config.resample_programs
-        if not per_sm or self.num_reqs > PERSISTENT_MAX_REQS:
+        if not per_sm or self.has_draft_logits or self.num_reqs > PERSISTENT_MAX_REQS:
             return 0
         device = self.target_logits.device
         if device.type == "cuda":
@@ -1668,7 +1674,7 @@ class Pipeline:
             PDL=self.dependent_launch,
             num_warps=self.config.resample_warps,
             launch_pdl=self.dependent_launch,
-            maxnreg=PERSISTENT_RESAMPLE_REGISTERS[self.has_draft_logits],
+            maxnreg=PERSISTENT_RESAMPLE_REGISTERS,
         )
 
     # ---- 6. level 1 where not drawn yet, level 2 in the chosen block; num_sampled = tau + 1
