@@ -505,6 +505,26 @@ def test_default_config_follows_the_batch_size():
         express.Config(resample_programs=4, fused_insert=True)
 
 
+def _persistent_batch(
+    mode: str, num_reqs: int, vocab: int, device: str, seed: int, greedy_fraction: float
+) -> tuple[Workload, dict]:
+    """A one-hot batch of mixed plans (random placeholders, greedy requests, ragged) for the
+    persistent resample pass."""
+    w = Workload(
+        num_reqs=num_reqs,
+        num_speculative_steps=4,
+        vocab_size=vocab,
+        mode=mode,
+        draft="one-hot",
+        placeholder_pattern="random",
+        placeholder_density=0.3,
+        greedy_fraction=greedy_fraction,
+        ragged=True,
+        seed=seed,
+    )
+    return w, make_inputs(w, device=device)
+
+
 @pytest.mark.parametrize("mode", ["greedy", "standard", "block", "synthetic"])
 def test_persistent_resample_matches_reference(device, mode, monkeypatch):
     """The resample pass as two looping programs (two multiprocessors, one program each, on any
@@ -513,19 +533,7 @@ def test_persistent_resample_matches_reference(device, mode, monkeypatch):
     one-hot residuals, d_1 a placeholder) are left out of the list. One-hot drafts: with draft
     logits the pipeline keeps the grid (checked last)."""
     monkeypatch.setattr(express, "_multiprocessors", lambda device: 2)
-    w = Workload(
-        num_reqs=7,
-        num_speculative_steps=3,
-        vocab_size=4100,
-        mode=mode,
-        draft="one-hot",
-        placeholder_pattern="random",
-        placeholder_density=0.3,
-        greedy_fraction=0.3,
-        ragged=True,
-        seed=31,
-    )
-    inputs = make_inputs(w, device=device)
+    w, inputs = _persistent_batch(mode, 7, 4100, device, seed=31, greedy_fraction=0.3)
     config = express.Config(resample_programs=1)
     assert express.Pipeline(**inputs, config=config).resample_persistent_programs == 2
     _check(inputs, config=config)
@@ -981,19 +989,7 @@ def test_production_vocab_matches_reference(mode, draft):
 def test_persistent_resample_on_the_gpu_matches_reference(mode):
     """The persistent resample pass (one-hot drafts) where it loops on a GPU at its own count of
     programs: one an SM (132 on an H200) over 64 requests x 16 tiles, mixed plans."""
-    w = Workload(
-        num_reqs=64,
-        num_speculative_steps=4,
-        vocab_size=32000,
-        mode=mode,
-        draft="one-hot",
-        placeholder_pattern="random",
-        placeholder_density=0.3,
-        greedy_fraction=0.2,
-        ragged=True,
-        seed=33,
-    )
-    inputs = make_inputs(w, device="cuda")
+    _, inputs = _persistent_batch(mode, 64, 32000, "cuda", seed=33, greedy_fraction=0.2)
     config = express.Config(resample_programs=1)
     assert express.Pipeline(**inputs, config=config).resample_persistent_programs > 0
     _check(inputs, config=config)
