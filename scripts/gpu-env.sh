@@ -7,12 +7,18 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upg
 export PYTHONPATH="$PWD:/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
 export PATH="/tmp/site/bin:$PATH"
 specsample() { python3 -m specsample.cli "$@"; }
-# The device gets a copy of the working tree without its history: rebuild it from the carried bundle
-# (../ .carry/repo.bundle, made with `git bundle create .carry/repo.bundle --all`) so asv can
-# read commit dates and backfill can make worktrees.
-# Always from the bundle when one is carried: a .git left on the box may hold an older HEAD, and
-# asv would then file the results under the wrong commit.
-if [ -f .carry/repo.bundle ]; then
+# The device gets a copy of the working tree without its history: rebuild it from what is carried
+# so asv can read commit dates and sign-off and backfill can make worktrees. Either a shallow
+# clone's .git as a tarball (.carry/git.tar, the last N commits: about 5 MB at N = 5, where the
+# whole history's bundle is 20 MB and with FlashInfer's wheel overran the 64 MiB carry):
+#   git clone -q --depth N "file://$PWD" /tmp/shallow && tar -C /tmp/shallow -cf .carry/git.tar .git
+# or the whole history (.carry/repo.bundle, made with `git bundle create .carry/repo.bundle --all`).
+# Always from what is carried: a .git left on the box may hold an older HEAD, and asv would then
+# file the results under the wrong commit.
+if [ -f .carry/git.tar ]; then
+  rm -rf .git && tar xf .carry/git.tar && git reset -q && git config user.email gpu@specsample.local \
+    && git config user.name "specsample gpu"
+elif [ -f .carry/repo.bundle ]; then
   rm -rf .git && git clone -q --bare .carry/repo.bundle .git && git config --bool core.bare false \
     && git config user.email gpu@specsample.local && git config user.name "specsample gpu" \
     && git reset -q && git worktree prune
