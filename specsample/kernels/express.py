@@ -115,9 +115,8 @@ PLAN_TARGET = tl.constexpr(2)  # softmax(target row): the bonus row, or the row 
 PLAN_RESIDUAL = tl.constexpr(3)  # max(p - q, 0), draft logits, masses from the resample pass (standard; block tau = 0)
 PLAN_ONE_HOT = tl.constexpr(4)  # p without the rejected draft: level 1 from the stats partials
 PLAN_BLOCK_RESIDUAL = tl.constexpr(5)  # max(p_tau p - q, 0), block + draft logits, tau >= 1: level 1 from residual mass
-PLAN_TARGET_DRAWN = tl.constexpr(
-    6
-)  # softmax(target row 0), d_1 a placeholder or no draft: level 1 from the stats partials
+# softmax(target row 0), d_1 a placeholder or no draft: level 1 from the stats partials
+PLAN_TARGET_DRAWN = tl.constexpr(6)
 
 
 @triton.jit
