@@ -201,7 +201,7 @@ def main(argv=None) -> None:
         metavar="FIELD=VALUE",
         help="override a Config field of --config (repeatable), e.g. --set stats_blocks=4",
     )
-    ap.add_argument("--dump", default=None, help="write each kernel's SASS into this folder")
+    ap.add_argument("--dump", default=None, help="write each kernel's SASS, load timeline and PTX into this folder")
     ap.add_argument("--no-specialize", action="store_true", help="no alignment / divisibility specialization")
     ap.add_argument(
         "--dependent-launch",
@@ -246,6 +246,8 @@ def main(argv=None) -> None:
                 f.write("\n".join(f"{i:5d} {t}" for i, (t, _) in enumerate(insts)) + "\n")
             with open(os.path.join(args.dump, kernel.__name__ + ".loads"), "w") as f:
                 f.write("\n".join(timeline(insts)) + "\n")
+            with open(os.path.join(args.dump, kernel.__name__ + ".ptx"), "w") as f:
+                f.write(compiled.asm["ptx"])
 
 
 if __name__ == "__main__":

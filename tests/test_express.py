@@ -439,6 +439,8 @@ CONFIGS = {
     # the persistent resample pass with one program an SM (two programs on a CPU): each loops over
     # tiles of several requests
     "persistent": express.Config(resample_programs=1),
+    # the stats kernel under a register cap (ptxas spills on a GPU; the interpreter ignores it)
+    "capped": express.Config(stats_registers=64),
 }
 
 
@@ -501,6 +503,8 @@ def test_default_config_follows_the_batch_size():
         express.Config(resample_warps=3)
     with pytest.raises(ValueError, match="resample_programs"):
         express.Config(resample_programs=33)
+    with pytest.raises(ValueError, match="stats_registers"):
+        express.Config(stats_registers=16)
     with pytest.raises(ValueError, match="resample_programs"):
         express.Config(resample_programs=4, fused_insert=True)
 

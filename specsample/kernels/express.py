@@ -144,6 +144,9 @@ class Config:
     # draft logits always the grid: every rejected request's residual row is read there, and the
     # persistent pass read rows 29-32% slower than the grid (H200, session 16).
     resample_programs: int = 0
+    # ptxas's register cap for the stats kernel (0: none): how many of its programs fit an SM
+    # (a tune candidate; ptxas spills what does not fit).
+    stats_registers: int = 0
     # Programmatic dependent launch (sm_90 and up; ignored elsewhere): each kernel after stats is
     # launched while the one before it runs, does its input-only loads, then waits for it.
     dependent_launch: bool = True
@@ -157,6 +160,8 @@ class Config:
                 raise ValueError(f"{name}: expected a power of two in [1, 32], got {getattr(self, name)}")
         if not 0 <= self.resample_programs <= 32:
             raise ValueError(f"resample_programs: expected 0 to 32 programs an SM, got {self.resample_programs}")
+        if self.stats_registers and not 24 <= self.stats_registers <= 255:
+            raise ValueError(f"stats_registers: expected 0 (no cap) or 24 to 255, got {self.stats_registers}")
         if self.resample_programs and self.fused_insert:
             raise ValueError("resample_programs: the persistent resample pass cannot fuse the insert (fused_insert)")
 
@@ -503,22 +508,28 @@ def _stats_kernel(
     blocks = tl.program_id(1) * SUB + tl.arange(0, SUB)
     offs = blocks[:, None] * BLOCK + tl.arange(0, BLOCK)[None, :]
     vmask = offs < vocab_size
+    out = row * local_stride + blocks
+    bmask = blocks < num_blocks
     x = tl.load(target_logits_ptr + row * target_logits_stride + offs, mask=vmask, other=float("-inf"))
     if HAS_DRAFT_LOGITS:
-        # Issued with the target's load (fast's early draft load); only for a tested row (not a
-        # greedy row, nor row 0 read for its target alone: its draft partials are never read).
+        # Only for a tested row (not a greedy row, nor row 0 read for its target alone: its draft
+        # partials are never read).
         d_ptrs = draft_logits_ptr + slot * draft_logits_stride_0 + j.to(tl.int64) * draft_logits_stride_1 + offs
         tested = (temperature != 0.0) & (j < first)
         y_raw = tl.load(d_ptrs, mask=offs < tl.where(tested, vocab_size, 0), other=float("-inf"))
-    x = _finite_or_neg_inf(x.to(tl.float32))
-    block_max = tl.max(x, 1)
-    out = row * local_stride + blocks
-    bmask = blocks < num_blocks
-    tl.store(target_local_max_ptr + out, block_max, mask=bmask)
+    # Every use of the tiles is inside this branch: ptxas issues a load at the end of the block
+    # before its first use, so with the target's max before the branch the draft tile (used
+    # only in it) was loaded once the target's had arrived: two memory latencies a program.
     if temperature == 0.0:
+        x = _finite_or_neg_inf(x.to(tl.float32))
+        block_max = tl.max(x, 1)
+        tl.store(target_local_max_ptr + out, block_max, mask=bmask)
         arg = _first_index_of(x, block_max, BLOCK)
         tl.store(target_local_argmax_ptr + out, blocks.to(tl.int64) * BLOCK + arg.to(tl.int64), mask=bmask)
     else:
+        x = _finite_or_neg_inf(x.to(tl.float32))
+        block_max = tl.max(x, 1)
+        tl.store(target_local_max_ptr + out, block_max, mask=bmask)
         e = tl.where(x == float("-inf"), 0.0, tl.exp(x - block_max[:, None]))
         tl.store(target_local_sumexp_ptr + out, _chunked_sum(e, SUB, BLOCK), mask=bmask)
         # Not for row 0 read for its target alone: its draft arithmetic on an empty tile made each
@@ -973,9 +984,11 @@ def _resample_kernel(
     # placeholder row) or of max(p - q, 0) (draft residual), or the block argmaxes of a greedy
     # bonus row, into [R, nb]. With FUSED_INSERT the request's last program to finish then does
     # the insert kernel's work: each program counts itself done in num_sampled's high 16 bits
-    # (tau stays in the low 16), as fast does. Launched dependently, it has nothing of its own to
-    # load before the rejection kernel's plan: its launch is what overlaps the kernel before.
+    # (tau stays in the low 16), as fast does. Launched dependently: the request's slot and first
+    # row (call inputs) load before the wait for the rejection kernel's plan.
     req = tl.program_id(0).to(tl.int64)
+    slot = tl.load(idx_mapping_ptr + req).to(tl.int64)
+    start = tl.load(cu_num_logits_ptr + req).to(tl.int64)
     _wait_for_prior(PDL)
     plan = tl.load(plan_ptr + req)
     tau = tl.load(num_sampled_ptr + req)
@@ -995,11 +1008,11 @@ def _resample_kernel(
             draft_logits_ptr,
             draft_logits_stride_0,
             draft_logits_stride_1,
-            cu_num_logits_ptr,
-            idx_mapping_ptr,
             temperature_ptr,
             vocab_size,
             req,
+            slot,
+            start + tau,
             plan,
             tau,
             tl.program_id(1),
@@ -1098,6 +1111,7 @@ def _resample_persistent_kernel(
         for f in range(tl.program_id(0), total, tl.num_programs(0)):
             e = f // TILES
             req = tl.sum((done_before <= e).to(tl.int32), 0).to(tl.int64)  # the (e + 1)-th with work
+            tau = tl.load(num_sampled_ptr + req).to(tl.int64)
             _block_masses(
                 resampled_mass_ptr,
                 resampled_argmax_ptr,
@@ -1109,13 +1123,13 @@ def _resample_persistent_kernel(
                 draft_logits_ptr,
                 draft_logits_stride_0,
                 draft_logits_stride_1,
-                cu_num_logits_ptr,
-                idx_mapping_ptr,
                 temperature_ptr,
                 vocab_size,
                 req,
+                tl.load(idx_mapping_ptr + req).to(tl.int64),
+                tl.load(cu_num_logits_ptr + req).to(tl.int64) + tau,
                 tl.load(plan_ptr + req),
-                tl.load(num_sampled_ptr + req).to(tl.int64),
+                tau,
                 f - e * TILES,
                 HAS_DRAFT_LOGITS,
                 SUB,
@@ -1135,11 +1149,11 @@ def _block_masses(
     draft_logits_ptr,
     draft_logits_stride_0,
     draft_logits_stride_1,
-    cu_num_logits_ptr,
-    idx_mapping_ptr,
     temperature_ptr,
     vocab_size,
     req,
+    slot,
+    row,
     plan,
     tau,
     tile,
@@ -1147,34 +1161,42 @@ def _block_masses(
     SUB: tl.constexpr,
     BLOCK: tl.constexpr,
 ):
-    # Tile ``tile`` ([SUB, BLOCK]) of the resample row: per sampling block its log-mass (fp64)
-    # or, for a greedy bonus row, its max and first argmax, at [R, nb] offset ``base``.
-    slot = tl.load(idx_mapping_ptr + req).to(tl.int64)
-    row = tl.load(cu_num_logits_ptr + req).to(tl.int64) + tau
+    # Tile ``tile`` ([SUB, BLOCK]) of the resample row ``row`` (request req's c_r + tau, its slot
+    # ``slot``): per sampling block its log-mass (fp64) or, for a greedy bonus row, its max and
+    # first argmax, at [R, nb] offset ``base``.
+    # Every load comes before any use, and every use is inside the plan's branch: ptxas issues a
+    # load at the end of the block before its first use, so with the target's log-mass computed
+    # before the branch, the draft tile was loaded once the target's had arrived, and the
+    # temperature and LSEs once both had (four memory latencies a program, sm_90 SASS).
     blocks = tile * SUB + tl.arange(0, SUB)
     offs = blocks[:, None] * BLOCK + tl.arange(0, BLOCK)[None, :]
     mask = offs < vocab_size
     bmask = blocks < num_blocks
     x = tl.load(target_logits_ptr + row * target_logits_stride + offs, mask=mask, other=float("-inf"))
     if HAS_DRAFT_LOGITS:
+        residual = plan == PLAN_RESIDUAL
         d_ptr = draft_logits_ptr + slot * draft_logits_stride_0 + tau * draft_logits_stride_1
-        y_raw = tl.load(d_ptr + offs, mask=offs < tl.where(plan == PLAN_RESIDUAL, vocab_size, 0), other=float("-inf"))
-    x = _finite_or_neg_inf(x.to(tl.float32))
+        y_raw = tl.load(d_ptr + offs, mask=offs < tl.where(residual, vocab_size, 0), other=float("-inf"))
+        temperature = tl.load(temperature_ptr + slot)
+        target_lse = tl.load(plan_lse_ptr + 2 * req)
+        draft_lse = tl.load(plan_lse_ptr + 2 * req + 1)
     if plan == PLAN_ARGMAX:
+        x = _finite_or_neg_inf(x.to(tl.float32))
         value = tl.max(x, 1)
         index = _first_index_of(x, value, BLOCK)
         tl.store(resampled_mass_ptr + base + blocks, value.to(tl.float64), mask=bmask)
         tl.store(resampled_argmax_ptr + base + blocks, blocks.to(tl.int64) * BLOCK + index.to(tl.int64), mask=bmask)
+    elif HAS_DRAFT_LOGITS and residual:
+        x = _finite_or_neg_inf(x.to(tl.float32))
+        y = _finite_or_neg_inf(y_raw.to(tl.float32) * _inverse(temperature))
+        r = _residual(x, y, target_lse, draft_lse, 1.0)
+        log_mass = tl.log(_chunked_sum(tl.where(mask, r, 0.0), SUB, BLOCK))  # -inf: an empty block
+        tl.store(resampled_mass_ptr + base + blocks, log_mass, mask=bmask)
     else:
+        x = _finite_or_neg_inf(x.to(tl.float32))
         block_max = tl.max(x, 1)
         e = tl.where(x == float("-inf"), 0.0, tl.exp(x - block_max[:, None]))
         log_mass = block_max.to(tl.float64) + tl.log(_chunked_sum(e, SUB, BLOCK))
-        if HAS_DRAFT_LOGITS:
-            if plan == PLAN_RESIDUAL:
-                temperature = tl.load(temperature_ptr + slot)
-                y = _finite_or_neg_inf(y_raw.to(tl.float32) * _inverse(temperature))
-                r = _residual(x, y, tl.load(plan_lse_ptr + 2 * req), tl.load(plan_lse_ptr + 2 * req + 1), 1.0)
-                log_mass = tl.log(_chunked_sum(tl.where(mask, r, 0.0), SUB, BLOCK))  # -inf: an empty block
         tl.store(resampled_mass_ptr + base + blocks, log_mass, mask=bmask)
 
 
@@ -1547,6 +1569,7 @@ class Pipeline:
             BLOCK=SAMPLE_BLOCK,
             PDL=self.dependent_launch,
             num_warps=c.stats_warps,
+            **({"maxnreg": c.stats_registers} if c.stats_registers else {}),
         )
 
     # ---- 2. prefix joint ratios in fp64, and each real row's LSEs (block verification)
