@@ -193,6 +193,8 @@ def main(argv=None) -> None:
     ap.add_argument("--draft", default="logits")
     ap.add_argument("--reqs", type=int, default=1)
     ap.add_argument("--phi", type=float, default=0.0)
+    ap.add_argument("--target-dtype", default="float32", help="torch dtype of the target logits")
+    ap.add_argument("--draft-dtype", default="bfloat16", help="torch dtype of the draft logits")
     ap.add_argument("--config", default="small", choices=list(express.NAMED_CONFIGS))
     ap.add_argument(
         "--set",
@@ -216,6 +218,8 @@ def main(argv=None) -> None:
         mode=args.mode,
         draft=args.draft,
         placeholder_density=args.phi,
+        target_dtype=getattr(torch, args.target_dtype),
+        draft_dtype=getattr(torch, args.draft_dtype),
     )
     inputs = make_inputs(w, device="cpu")
     config = express.NAMED_CONFIGS[args.config]

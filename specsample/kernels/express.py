@@ -144,9 +144,6 @@ class Config:
     # draft logits always the grid: every rejected request's residual row is read there, and the
     # persistent pass read rows 29-32% slower than the grid (H200, session 16).
     resample_programs: int = 0
-    # ptxas's register cap for the stats kernel (0: none): how many of its programs fit an SM
-    # (a tune candidate; ptxas spills what does not fit).
-    stats_registers: int = 0
     # Programmatic dependent launch (sm_90 and up; ignored elsewhere): each kernel after stats is
     # launched while the one before it runs, does its input-only loads, then waits for it.
     dependent_launch: bool = True
@@ -160,8 +157,6 @@ class Config:
                 raise ValueError(f"{name}: expected a power of two in [1, 32], got {getattr(self, name)}")
         if not 0 <= self.resample_programs <= 32:
             raise ValueError(f"resample_programs: expected 0 to 32 programs an SM, got {self.resample_programs}")
-        if self.stats_registers and not 24 <= self.stats_registers <= 255:
-            raise ValueError(f"stats_registers: expected 0 (no cap) or 24 to 255, got {self.stats_registers}")
         if self.resample_programs and self.fused_insert:
             raise ValueError("resample_programs: the persistent resample pass cannot fuse the insert (fused_insert)")
 
@@ -508,28 +503,22 @@ def _stats_kernel(
     blocks = tl.program_id(1) * SUB + tl.arange(0, SUB)
     offs = blocks[:, None] * BLOCK + tl.arange(0, BLOCK)[None, :]
     vmask = offs < vocab_size
-    out = row * local_stride + blocks
-    bmask = blocks < num_blocks
     x = tl.load(target_logits_ptr + row * target_logits_stride + offs, mask=vmask, other=float("-inf"))
     if HAS_DRAFT_LOGITS:
-        # Only for a tested row (not a greedy row, nor row 0 read for its target alone: its draft
-        # partials are never read).
+        # Issued with the target's load (fast's early draft load); only for a tested row (not a
+        # greedy row, nor row 0 read for its target alone: its draft partials are never read).
         d_ptrs = draft_logits_ptr + slot * draft_logits_stride_0 + j.to(tl.int64) * draft_logits_stride_1 + offs
         tested = (temperature != 0.0) & (j < first)
         y_raw = tl.load(d_ptrs, mask=offs < tl.where(tested, vocab_size, 0), other=float("-inf"))
-    # Every use of the tiles is inside this branch: ptxas issues a load at the end of the block
-    # before its first use, so with the target's max before the branch the draft tile (used
-    # only in it) was loaded once the target's had arrived: two memory latencies a program.
+    x = _finite_or_neg_inf(x.to(tl.float32))
+    block_max = tl.max(x, 1)
+    out = row * local_stride + blocks
+    bmask = blocks < num_blocks
+    tl.store(target_local_max_ptr + out, block_max, mask=bmask)
     if temperature == 0.0:
-        x = _finite_or_neg_inf(x.to(tl.float32))
-        block_max = tl.max(x, 1)
-        tl.store(target_local_max_ptr + out, block_max, mask=bmask)
         arg = _first_index_of(x, block_max, BLOCK)
         tl.store(target_local_argmax_ptr + out, blocks.to(tl.int64) * BLOCK + arg.to(tl.int64), mask=bmask)
     else:
-        x = _finite_or_neg_inf(x.to(tl.float32))
-        block_max = tl.max(x, 1)
-        tl.store(target_local_max_ptr + out, block_max, mask=bmask)
         e = tl.where(x == float("-inf"), 0.0, tl.exp(x - block_max[:, None]))
         tl.store(target_local_sumexp_ptr + out, _chunked_sum(e, SUB, BLOCK), mask=bmask)
         # Not for row 0 read for its target alone: its draft arithmetic on an empty tile made each
@@ -1045,12 +1034,12 @@ def _resample_kernel(
                 draft_logits_stride_1,
                 draft_sampled_ptr,
                 pos_ptr,
-                cu_num_logits_ptr,
-                idx_mapping_ptr,
                 temperature_ptr,
                 seed_ptr,
                 vocab_size,
                 req,
+                slot,
+                start,
                 plan,
                 tau,
                 HAS_DRAFT_LOGITS,
@@ -1172,7 +1161,7 @@ def _block_masses(
     offs = blocks[:, None] * BLOCK + tl.arange(0, BLOCK)[None, :]
     mask = offs < vocab_size
     bmask = blocks < num_blocks
-    x = tl.load(target_logits_ptr + row * target_logits_stride + offs, mask=mask, other=float("-inf"))
+    x_raw = tl.load(target_logits_ptr + row * target_logits_stride + offs, mask=mask, other=float("-inf"))
     if HAS_DRAFT_LOGITS:
         residual = plan == PLAN_RESIDUAL
         d_ptr = draft_logits_ptr + slot * draft_logits_stride_0 + tau * draft_logits_stride_1
@@ -1181,19 +1170,19 @@ def _block_masses(
         target_lse = tl.load(plan_lse_ptr + 2 * req)
         draft_lse = tl.load(plan_lse_ptr + 2 * req + 1)
     if plan == PLAN_ARGMAX:
-        x = _finite_or_neg_inf(x.to(tl.float32))
+        x = _finite_or_neg_inf(x_raw.to(tl.float32))
         value = tl.max(x, 1)
         index = _first_index_of(x, value, BLOCK)
         tl.store(resampled_mass_ptr + base + blocks, value.to(tl.float64), mask=bmask)
         tl.store(resampled_argmax_ptr + base + blocks, blocks.to(tl.int64) * BLOCK + index.to(tl.int64), mask=bmask)
     elif HAS_DRAFT_LOGITS and residual:
-        x = _finite_or_neg_inf(x.to(tl.float32))
+        x = _finite_or_neg_inf(x_raw.to(tl.float32))
         y = _finite_or_neg_inf(y_raw.to(tl.float32) * _inverse(temperature))
         r = _residual(x, y, target_lse, draft_lse, 1.0)
         log_mass = tl.log(_chunked_sum(tl.where(mask, r, 0.0), SUB, BLOCK))  # -inf: an empty block
         tl.store(resampled_mass_ptr + base + blocks, log_mass, mask=bmask)
     else:
-        x = _finite_or_neg_inf(x.to(tl.float32))
+        x = _finite_or_neg_inf(x_raw.to(tl.float32))
         block_max = tl.max(x, 1)
         e = tl.where(x == float("-inf"), 0.0, tl.exp(x - block_max[:, None]))
         log_mass = block_max.to(tl.float64) + tl.log(_chunked_sum(e, SUB, BLOCK))
@@ -1237,6 +1226,10 @@ def _insert_kernel(
 ):
     _launch_dependents(PDL)
     req = tl.program_id(0).to(tl.int64)
+    # the request's slot and first row (call inputs) before the wait: one dependent round fewer
+    # after it, on the call's last kernel
+    slot = tl.load(idx_mapping_ptr + req).to(tl.int64)
+    start = tl.load(cu_num_logits_ptr + req).to(tl.int64)
     _wait_for_prior(PDL)
     _insert_request(
         sampled_ptr,
@@ -1256,12 +1249,12 @@ def _insert_kernel(
         draft_logits_stride_1,
         draft_sampled_ptr,
         pos_ptr,
-        cu_num_logits_ptr,
-        idx_mapping_ptr,
         temperature_ptr,
         seed_ptr,
         vocab_size,
         req,
+        slot,
+        start,
         tl.load(plan_ptr + req),
         tl.load(num_sampled_ptr + req).to(tl.int64),
         HAS_DRAFT_LOGITS,
@@ -1302,12 +1295,12 @@ def _insert_request(
     draft_logits_stride_1,
     draft_sampled_ptr,
     pos_ptr,
-    cu_num_logits_ptr,
-    idx_mapping_ptr,
     temperature_ptr,
     seed_ptr,
     vocab_size,
     req,
+    slot,
+    start,
     plan,
     tau,
     HAS_DRAFT_LOGITS: tl.constexpr,
@@ -1324,14 +1317,13 @@ def _insert_request(
         tl.store(sampled_ptr + req * sampled_stride + tau, token)
     elif plan != PLAN_DONE:
         # Every load is issued as soon as its address is known, before any reduction (ptxas does
-        # not hoist a load above a shuffle or libdevice's branches): the request's rows, the
-        # log-masses and the plan's values; then its seed, position, temperature and rejected
-        # draft; then, once level 1 has picked the block, the block's target and draft logits
-        # together. Three dependent rounds after plan and tau, not six.
+        # not hoist a load above a shuffle or libdevice's branches): the log-masses, the plan's
+        # values, the seed, position, temperature and rejected draft (the slot and first row
+        # come in, loaded by the caller before its dependent-launch wait); then, once level 1 has
+        # picked the block, the block's target and draft logits together.
         level_1_here = (plan == PLAN_TARGET) | (plan == PLAN_RESIDUAL)
         draft_residual = (plan == PLAN_RESIDUAL) | (plan == PLAN_BLOCK_RESIDUAL)
-        slot = tl.load(idx_mapping_ptr + req).to(tl.int64)
-        row = tl.load(cu_num_logits_ptr + req).to(tl.int64) + tau
+        row = start + tau
         nb = tl.arange(0, NB_P2)
         log_mass = tl.load(
             resampled_mass_ptr + base + nb,
@@ -1569,7 +1561,6 @@ class Pipeline:
             BLOCK=SAMPLE_BLOCK,
             PDL=self.dependent_launch,
             num_warps=c.stats_warps,
-            **({"maxnreg": c.stats_registers} if c.stats_registers else {}),
         )
 
     # ---- 2. prefix joint ratios in fp64, and each real row's LSEs (block verification)
