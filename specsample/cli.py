@@ -958,14 +958,15 @@ def build_parser() -> argparse.ArgumentParser:
         "--stages",
         default="large,small,before",
         metavar="NAME,...",
-        help="candidates whose kernels are also timed alone ('before' only with --before)",
+        help="candidates whose kernels are also timed alone (a --before module's NAME too)",
     )
     t.add_argument(
         "--before",
-        metavar="MODULE",
-        help="an earlier fast.py (or express.py with --sampler express), importable as this module, timed in "
-        "its own defaults as 'before' (e.g. specsample.kernels._fast_before from "
-        "`git show REF:specsample/kernels/fast.py`)",
+        action="append",
+        metavar="[NAME=]MODULE",
+        help="another fast.py (or express.py with --sampler express), importable as this module, timed in "
+        "its own defaults as NAME ('before' when not given), e.g. specsample.kernels._fast_before from "
+        "`git show REF:specsample/kernels/fast.py`; repeatable, to time several variants in one measurement",
     )
     t.set_defaults(func=cmd_tune)
 

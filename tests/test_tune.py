@@ -41,7 +41,7 @@ def test_options_collect_candidates_stages_and_workloads():
     assert list(opts.candidates) == ["large", "small", "tiny", "w8"]
     assert opts.candidates["w8"].stats_warps == 8
     assert opts.stage_candidates == ("large", "w8")
-    assert opts.before is None
+    assert opts.modules == {}
     # nothing given: every workload, fast's three configurations, the default stage candidates
     default = tune.options()
     assert default.workloads == tuple(tune.WORKLOADS) and list(default.candidates) == ["large", "small", "tiny"]
@@ -69,7 +69,15 @@ def test_express_candidates_are_express_configs():
 
 
 def test_before_imports_an_earlier_fast_module():
-    assert tune.options(before="specsample.kernels.fast").before is fast
+    assert tune.options(before="specsample.kernels.fast").modules == {"before": fast}
+
+
+def test_before_names_several_variants_and_their_stages():
+    opts = tune.options(
+        before=["specsample.kernels.express", "v2=specsample.kernels.express"], stages="large,v2", sampler="express"
+    )
+    assert opts.modules == {"before": express, "v2": express}
+    assert opts.stage_candidates == ("large", "v2")
 
 
 @pytest.mark.parametrize(
@@ -82,6 +90,9 @@ def test_before_imports_an_earlier_fast_module():
         (dict(stages="large,w9"), "--stages: unknown candidates ['w9']"),
         (dict(before="specsample.kernels.no_such_module"), "--before specsample.kernels.no_such_module"),
         (dict(before="specsample.schema"), "has no Pipeline"),
+        (dict(before=["specsample.kernels.fast", "specsample.kernels.fast"]), "the name 'before' is taken"),
+        (dict(before="large=specsample.kernels.fast"), "the name 'large' is taken"),
+        (dict(before="mrv2=specsample.kernels.fast"), "the name 'mrv2' is taken"),
         (dict(sampler="mrv2"), "--sampler: expected one of ['express', 'fast']"),
         (dict(candidates=["t=tiny"], sampler="express"), "base must be one of ['large', 'small']"),
         (dict(candidates=["t=small:fast_log=false"], sampler="express"), "unknown Config fields ['fast_log']"),
@@ -106,6 +117,8 @@ def test_cli_refuses_bad_options_before_it_needs_a_gpu(capsys, monkeypatch, tmp_
     # express: its candidates are checked before the GPU too
     assert cli.main(["tune", "--sampler", "express", "--candidate", "r2=tiny:resample_blocks=2"]) == 2
     assert "base must be one of ['large', 'small']" in capsys.readouterr().err
+    assert cli.main(["tune", "--sampler", "express", "--before", "v2=specsample.schema"]) == 2
+    assert "--before v2=specsample.schema: the module has no Pipeline" in capsys.readouterr().err
     assert cli.main(["tune", "--sampler", "express", "--candidate", "r2=small:resample_blocks=2"]) == 2
     assert "specsample tune times kernels on a GPU" in capsys.readouterr().err
     assert not list(tmp_path.iterdir())

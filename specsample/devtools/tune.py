@@ -16,8 +16,10 @@ The sampler's own configurations are always timed: fast's ``large``, ``small`` a
 express's ``large`` and ``small``. Other candidates are a named copy of one of them with some
 fields replaced: ``--candidate w8=large:stats_warps=8``, or with ``--sampler express``
 ``--candidate r2=small:resample_blocks=2`` (``NAME=BASE:FIELD=VALUE,...``).
-``--before MODULE`` also times an earlier module of the same sampler in its own default
-configuration, under the name ``before``.
+``--before MODULE`` also times another module of the same sampler (an earlier commit's, or a
+kernel variant's) in its own default configuration, under the name ``before``; ``--before
+NAME=MODULE`` under ``NAME``, so that several variants are timed in one interleaved measurement
+(repeatable).
 """
 
 from __future__ import annotations
@@ -84,7 +86,7 @@ SAMPLERS: dict[str, tuple[ModuleType, dict]] = {
     "fast": (fast, fast.NAMED_CONFIGS),
     "express": (express, express.NAMED_CONFIGS),
 }
-# Names that are not candidates: the reference and the --before module.
+# Names that are not candidates: the reference, and the --before modules' default name.
 RESERVED = ("mrv2", "before")
 # Candidates whose kernels are also timed alone unless --stages says otherwise ("before" when given).
 DEFAULT_STAGE_CANDIDATES = ("large", "small", "before")
@@ -98,7 +100,8 @@ class Options:
     workloads: tuple[str, ...] = tuple(WORKLOADS)
     candidates: dict = dataclasses.field(default_factory=lambda: dict(fast.NAMED_CONFIGS))  # name -> Config
     stage_candidates: tuple[str, ...] = DEFAULT_STAGE_CANDIDATES
-    before: ModuleType | None = None  # an earlier module of the sampler: its Pipeline in its own defaults
+    # other modules of the sampler (--before), by name: each one's Pipeline in its own defaults
+    modules: dict = dataclasses.field(default_factory=dict)
     sampler: str = "fast"  # a key of SAMPLERS: whose Pipeline the candidates configure
 
     @property
@@ -140,14 +143,15 @@ def options(
     workloads: Sequence[str] | None = None,
     candidates: Sequence[str] = (),
     stages: str | None = None,
-    before: str | None = None,
+    before: str | Sequence[str] | None = None,
     sampler: str = "fast",
 ) -> Options:
     """The command line's options, checked: ``ValueError`` names the one that is wrong.
 
     ``candidates`` are ``--candidate`` texts (:func:`parse_candidate`, on ``sampler``'s
-    configurations), ``stages`` the comma-separated ``--stages``, ``before`` a module name to
-    import (``--before``), ``sampler`` a key of :data:`SAMPLERS` (``--sampler``)."""
+    configurations), ``stages`` the comma-separated ``--stages``, ``before`` one or more
+    ``[NAME=]MODULE`` to import (``--before``; NAME ``before`` when not given), ``sampler`` a key
+    of :data:`SAMPLERS` (``--sampler``)."""
     if sampler not in SAMPLERS:
         raise ValueError(f"--sampler: expected one of {sorted(SAMPLERS)}, got {sampler!r}")
     unknown = sorted(set(workloads or ()) - set(WORKLOADS))
@@ -160,21 +164,26 @@ def options(
         if name in chosen or name in RESERVED:
             raise ValueError(f"--candidate {name}: the name is taken")
         chosen[name] = config
+    modules = {}
+    for text in [before] if isinstance(before, str) else before or ():
+        name, _, path = text.rpartition("=")
+        name = name or "before"
+        if name in chosen or name in modules or name == "mrv2":
+            raise ValueError(f"--before {text}: the name {name!r} is taken")
+        try:
+            module = importlib.import_module(path)
+        except ImportError as exc:
+            raise ValueError(f"--before {text}: {exc}") from None
+        if not hasattr(module, "Pipeline"):
+            raise ValueError(f"--before {text}: the module has no Pipeline")
+        modules[name] = module
     stage_candidates = DEFAULT_STAGE_CANDIDATES
     if stages is not None:
         stage_candidates = tuple(s for s in stages.split(",") if s)
-        unknown = sorted(set(stage_candidates) - set(chosen) - {"before"})
+        unknown = sorted(set(stage_candidates) - set(chosen) - set(modules) - {"before"})
         if unknown:
             raise ValueError(f"--stages: unknown candidates {unknown}")
-    module = None
-    if before:
-        try:
-            module = importlib.import_module(before)
-        except ImportError as exc:
-            raise ValueError(f"--before {before}: {exc}") from None
-        if not hasattr(module, "Pipeline"):
-            raise ValueError(f"--before {before}: the module has no Pipeline")
-    return Options(tuple(workloads or WORKLOADS), chosen, stage_candidates, module, sampler)
+    return Options(tuple(workloads or WORKLOADS), chosen, stage_candidates, modules, sampler)
 
 
 def tune_workload(name: str, w: Workload, opts: Options, log: Callable[[str], None] = print) -> dict[str, float]:
@@ -183,8 +192,7 @@ def tune_workload(name: str, w: Workload, opts: Options, log: Callable[[str], No
     copies = input_copies(w, "cold")
     factories = {"mrv2": mrv2.Pipeline}
     factories.update({k: functools.partial(opts.module.Pipeline, config=c) for k, c in opts.candidates.items()})
-    if opts.before is not None:
-        factories["before"] = opts.before.Pipeline  # its own default_config
+    factories.update({k: m.Pipeline for k, m in opts.modules.items()})  # each in its own default_config
     ops = {}
     for label, factory in factories.items():
         pipes = [factory(**inputs) for inputs in copies]
@@ -220,6 +228,7 @@ def run(opts: Options, out: Path, log: Callable[[str], None] = print) -> dict:
         "sampler": opts.sampler,
         "unit": "us per call, median, cold L2",
         "candidates": {k: dataclasses.asdict(v) for k, v in opts.candidates.items()},
+        "modules": {k: m.__name__ for k, m in opts.modules.items()},
         "workloads": {},
     }
     start = time.monotonic()
