@@ -1156,7 +1156,8 @@ def _block_masses(
     # Every load comes before any use, and every use is inside the plan's branch: ptxas issues a
     # load at the end of the block before its first use, so with the target's log-mass computed
     # before the branch, the draft tile was loaded once the target's had arrived, and the
-    # temperature and LSEs once both had (four memory latencies a program, sm_90 SASS).
+    # temperature and LSEs once both had: 6 dependent load rounds a program, now 3 (sm_90 SASS;
+    # H200, R = 128, standard phi = 0: the pass 40.7 -> 32.3 us, session 17).
     blocks = tile * SUB + tl.arange(0, SUB)
     offs = blocks[:, None] * BLOCK + tl.arange(0, BLOCK)[None, :]
     mask = offs < vocab_size
