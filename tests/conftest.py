@@ -26,6 +26,17 @@ _WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
 if _WORKERS > 1:
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // _WORKERS))
 gpu = pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU (runs on the H200 box)")
+
+
+def compiler_env() -> dict:
+    """The environment of a subprocess that compiles kernels for a GPU target on any machine
+    (Triton's bundled ptxas, no GPU needed): this repository importable, no TRITON_INTERPRET."""
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (repo, env.get("PYTHONPATH", "")) if p)
+    return env
+
+
 # A long CPU-only test that runs where the GPU box's cores are, not in CPU CI; it runs no kernel,
 # so it is not marked ``gpu`` (the reason does not name CUDA) and `pytest -m gpu` leaves it out.
 on_gpu_box = pytest.mark.skipif(not HAS_CUDA, reason="long CPU-only test: runs on the GPU box, not in CPU CI")

@@ -27,7 +27,6 @@ whole file takes about 1.5 minutes on 2 CPU cores.
 from __future__ import annotations
 
 import math
-import os
 import subprocess
 import sys
 import zlib
@@ -41,7 +40,7 @@ import torch
 import triton
 import triton.language as tl
 from batches import emitted, first_placeholder, split_requests, trial_batch, truncate_at_placeholders
-from conftest import LaunchTripwire, gpu, on_cpu, on_gpu_box
+from conftest import LaunchTripwire, compiler_env, gpu, on_cpu, on_gpu_box
 from hypothesis import given, note, settings
 from hypothesis import strategies as st
 from stats import FALSE_FAILURE, assert_follows
@@ -1057,14 +1056,12 @@ def test_kernels_compile_for_sm90(mode, draft, target_dtype, draft_dtype, kernel
     without the compiler's type checks: a bf16 tile redefined as fp32 in both arms of an ``if``
     passed every CPU test and failed to compile on the H200 (session 17). Compiled here on the
     CPU with Triton's bundled ptxas (``scripts/express_sass.py``, no GPU needed)."""
-    repo = Path(__file__).resolve().parents[1]
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(repo), env.get("PYTHONPATH", "")) if p)
+    script = Path(__file__).resolve().parents[1] / "scripts" / "express_sass.py"
     args = ["--mode", mode, "--draft", draft, "--reqs", "4", "--config", "large"]
     args += ["--target-dtype", target_dtype, "--draft-dtype", draft_dtype, "--dependent-launch"]
     proc = subprocess.run(
-        [sys.executable, str(repo / "scripts" / "express_sass.py"), *args],
-        env=env,
+        [sys.executable, str(script), *args],
+        env=compiler_env(),
         capture_output=True,
         text=True,
         timeout=300,

@@ -7,7 +7,6 @@ and nothing else."""
 from __future__ import annotations
 
 import inspect
-import os
 import shutil
 import subprocess
 import sys
@@ -17,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from conftest import compiler_env
 from gitrepo import GIT, make_repo
 
 from specsample import subjects
@@ -215,9 +215,9 @@ def test_knob_at_zero_compiles_exactly_as_without_it():
         sys.exit(0 if at_zero == without and fma(at_eight) >= fma(without) + 8 * 32 else 1)
         """
     )
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
-    proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-c", script], env=compiler_env(), capture_output=True, text=True, timeout=300
+    )
     if proc.returncode != 0 and ("ptxas" in proc.stderr or "GPUTarget" in proc.stderr):
         pytest.skip(f"cannot compile for sm_90 here: {proc.stderr.strip().splitlines()[-1]}")
     assert proc.returncode == 0, proc.stdout + proc.stderr
