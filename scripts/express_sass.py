@@ -242,7 +242,7 @@ def main(argv=None) -> None:
             kwargs = dict(kwargs, PDL=True)
         compiled = _compile(kernel, dict(kwargs), specialize=not args.no_specialize)
         insts = _sass(compiled.asm["cubin"])
-        s = dict(**registers(compiled.asm["cubin"]), **summarise(insts))
+        s = dict(**registers(compiled.asm["cubin"]), smem=compiled.metadata.shared, **summarise(insts))
         print(f"{kernel.__name__:28s} grid={grid!s:14s} " + " ".join(f"{k}={v}" for k, v in s.items()), flush=True)
         if args.dump:
             os.makedirs(args.dump, exist_ok=True)
