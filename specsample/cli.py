@@ -7,10 +7,14 @@ bench        run one asv tier at HEAD (GPU box), results into results/
 nightly      bench the nightly tier, asv publish, rebuild the dashboards (locked)
 backfill     bench past commits, each from its own checkout; or fetch and bench vLLM releases
 dashboard    build dashboards/ from results/ (works without a GPU)
+regressions  change points in the committed results' history (works without a GPU)
 signoff      compare two commits, two subjects (vLLM releases, refs), or two subjects' results
 signoff-validate  A/A sign-offs and planted slowdowns: the sign-off's detection matrix
 vllm         fetch vLLM releases into the cache; list what is cached
 gpuinfo      print what the machine has
+tune         time fast's or express's launch configurations and kernel variants (developers, GPU)
+noise-floor  a resample row's noise, its bytes and fast's resample kernel, each alone (developers, GPU)
+goals        one commit's committed results against the performance goals (works without a GPU)
 
 Exit codes: 0 success (sign-off: pass), 1 a regression, 2 bad input, a missing GPU, a failed or
 crashed point, or nothing measured (sign-off: also head violating placeholder semantics where
