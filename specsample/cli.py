@@ -380,6 +380,7 @@ def cmd_regressions(args: argparse.Namespace) -> int:
                     "machines": sorted(set(df["machine"])),
                     "regressions": changepoints.to_records(changepoints.regressions(changes)),
                     "improvements": changepoints.to_records(changepoints.improvements(changes)),
+                    "shifts": changepoints.to_records(changepoints.shifts(changes)),
                     "newest_vs_previous": changepoints.to_records(changepoints.newest_summary(newest)),
                     "newest_points": changepoints.to_records(newest[newest["verdict"] != "unchanged"]),
                 },
@@ -819,7 +820,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="Steps in every series (machine, benchmark, point) over commits, and over vLLM releases, "
         "found with asv's step detection, each above the measured noise "
         "(specsample.track.changepoints): ranked regressions and improvements still present at the "
-        "newest commit or release, and the newest commit against the previous one.",
+        "newest commit or release, and the newest commit against the previous one. Latency series "
+        "only (a ratio to mrv2 or a bandwidth fraction moves with what it is divided by); a stage "
+        "that steps while its call does not is listed as a stage shift and does not count.",
     )
     r.add_argument("--results", default="results", help="asv results directory")
     r.add_argument("--machine", help="only this machine's results; None: every machine in --results")

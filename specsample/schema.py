@@ -104,6 +104,9 @@ BASELINE_SUBJECT = "mrv2"
 # The metric whose value is a ratio to BASELINE_SUBJECT: derived from two subjects' latencies
 # (the baseline's own is 1 by definition).
 RATIO_METRIC = "track_ratio_to_mrv2"
+# The metric whose value is a point's bytes over its latency, as a fraction of the copy bandwidth
+# measured at the start of the same sweep (specsample.timing.copy_bandwidth).
+BANDWIDTH_METRIC = "track_bandwidth_fraction"
 
 
 @dataclass(frozen=True)

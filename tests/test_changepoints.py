@@ -11,7 +11,7 @@ import pytest
 import synthetic_results as sr
 
 from specsample.cli import build_parser, main
-from specsample.schema import RATIO_METRIC
+from specsample.schema import BANDWIDTH_METRIC, RATIO_METRIC
 from specsample.track import changepoints as cp
 from specsample.track.results import load_results, to_frame
 
@@ -19,10 +19,20 @@ L = 100e-6  # seconds
 
 
 def _series(
-    levels, *, metric="time_sample", subject="mrv2", mode="standard", num_reqs=128, iqr=None, seed=0, sweep="Batch"
+    levels,
+    *,
+    metric="time_sample",
+    subject="mrv2",
+    mode="standard",
+    num_reqs=128,
+    iqr=None,
+    seed=0,
+    sweep="Batch",
+    stage=None,
 ) -> list[dict]:
     """One point's rows over ``len(levels)`` commits, one a day; ``levels`` are latencies in
-    seconds; ``iqr`` replaces the samples' quartiles by value * (1 -/+ iqr / 2)."""
+    seconds (a stage's time with ``stage``); ``iqr`` replaces the samples' quartiles by
+    value * (1 -/+ iqr / 2)."""
     rng = np.random.default_rng(seed)
     rows = []
     for c, level in enumerate(levels):
@@ -32,7 +42,7 @@ def _series(
             sweep=sweep,
             metric=metric,
             date=pd.Timestamp("2026-11-01", tz="UTC") + pd.Timedelta(days=c),
-            point={"subject": subject, "mode": mode, "num_reqs": num_reqs},
+            point={"subject": subject, "mode": mode, "num_reqs": num_reqs, **({"stage": stage} if stage else {})},
             seconds=level,
             rng=rng,
         )
@@ -108,14 +118,29 @@ def test_the_absolute_floor_keeps_small_points_quiet():
     assert changes["threshold"].iloc[0] == pytest.approx(cp.NOISE_FLOOR["commits"])
 
 
-def test_the_absolute_floor_applies_to_metrics_derived_from_the_latency():
-    # the bandwidth fraction of the 8 us point moves by 7.4% (its latency by 0.64 us): quiet
+def test_the_absolute_floor_applies_to_every_latency_metric():
+    # the 8 us point moves by 0.64 us in both its latency metrics: quiet
     rows = _series([8e-6] * 6 + [8.64e-6] * 6, num_reqs=1)
-    rows += _series([8e-6] * 6 + [8.64e-6] * 6, num_reqs=1, metric="track_bandwidth_fraction")
+    rows += _series([8e-6] * 6 + [8.64e-6] * 6, num_reqs=1, metric="track_latency_us")
     points = to_frame(rows)
     assert cp.detect(points).empty
     newest = cp.newest_vs_previous(points)
+    assert set(newest["metric"]) == {"time_sample", "track_latency_us"}
     assert (newest["threshold"] > 0.12).all()  # 1 us of an 8 us point
+
+
+def test_a_bandwidth_fraction_is_not_a_series_of_its_own():
+    # the latency does not change; the copy bandwidth measured at the start of the later runs
+    # is 6% higher, so the fraction falls 6% (the committed H200 history moved up to 4.4%)
+    rows = _series([L] * 12)
+    fraction = _series([L] * 12, metric=BANDWIDTH_METRIC, seed=1)
+    for c, row in enumerate(fraction):
+        row["value"] = 0.8 if c < 6 else 0.8 / 1.06
+    frame = to_frame(rows + fraction)
+    assert cp.detect(frame).empty
+    newest = cp.newest_vs_previous(frame)
+    assert not newest.empty and BANDWIDTH_METRIC not in set(newest["metric"])
+    assert set(newest["verdict"]) == {"unchanged"}
 
 
 def test_a_ratio_to_mrv2_is_not_a_series_of_its_own():
@@ -152,8 +177,10 @@ def test_noise_from_samples_when_no_quartiles_were_stored():
     assert np.isfinite(changes["noise"]).all()
 
 
-def test_higher_is_better_metrics_regress_downwards():
-    # bandwidth fraction = 1 us / latency: a slower kernel moves fewer bytes per second
+def test_higher_is_better_metrics_regress_downwards(monkeypatch):
+    # were the bandwidth fraction a series (1 us / latency): a slower kernel moves fewer bytes
+    # per second
+    monkeypatch.setattr(cp, "DERIVED_METRICS", (RATIO_METRIC,))
     slower = to_frame(_series([L] * 6 + [1.25 * L] * 6, metric="track_bandwidth_fraction"))
     faster = to_frame(_series([L] * 6 + [0.8 * L] * 6, metric="track_bandwidth_fraction"))
     reg, imp = cp.detect(slower), cp.detect(faster)
@@ -169,6 +196,59 @@ def test_a_regression_later_halved_is_reported_as_what_is_still_present():
     assert reg["before"].iloc[0] == _commit(3) and reg["after"].iloc[0] == _commit(4)
     assert len(imp) == 1 and imp["change"].iloc[0] == pytest.approx(1.1 / 1.3 - 1, abs=0.01)
     assert imp["before"].iloc[0] == _commit(7) and imp["after"].iloc[0] == _commit(8)
+
+
+def _stages_and_call(stats, resample, call) -> pd.DataFrame:
+    """One point's stats and resample stage times over commits, and its call latency as a
+    sweep timed it (``call`` None: no sweep did)."""
+    rows = _series(stats, metric="track_stage_us", sweep="Stages", stage="stats", seed=3)
+    rows += _series(resample, metric="track_stage_us", sweep="Stages", stage="resample", seed=4)
+    if call is not None:
+        rows += _series(call, sweep="Density", seed=5)
+    return to_frame(rows)
+
+
+def test_a_stage_step_its_call_does_not_show_is_a_shift_not_a_regression():
+    # work moved from resample to stats (session 16's row 0): the stats stage doubles, resample
+    # halves, the call does not change
+    frame = _stages_and_call([10e-6] * 6 + [20e-6] * 6, [20e-6] * 6 + [10e-6] * 6, [40e-6] * 12)
+    changes = cp.detect(frame)
+    assert cp.regressions(changes).empty and cp.improvements(changes).empty
+    moved = cp.shifts(changes)
+    assert list(zip(moved["stage"], moved["direction"])) == [("stats", "regression"), ("resample", "improvement")]
+    np.testing.assert_allclose(moved["change"], [1.0, -0.5], atol=0.02)
+    np.testing.assert_allclose(moved["call_change"], 0.0, atol=0.02)
+    assert "2 stage shifts" in cp.report(changes, cp.newest_vs_previous(frame))
+
+
+def test_a_stage_step_the_call_shows_is_a_regression():
+    frame = _stages_and_call([10e-6] * 6 + [20e-6] * 6, [20e-6] * 12, [40e-6] * 6 + [50e-6] * 6)
+    reg = cp.regressions(cp.detect(frame))
+    assert sorted(reg["metric"]) == ["time_sample", "track_stage_us"] and cp.shifts(cp.detect(frame)).empty
+    stage = reg[reg["stage"].notna()]
+    assert list(stage["stage"]) == ["stats"] and stage["call_change"].iloc[0] == pytest.approx(0.25, abs=0.02)
+    assert reg.loc[reg["stage"].isna(), "call_change"].isna().all()
+
+
+def test_without_a_timed_call_the_stages_together_judge_the_step():
+    # the stages' sum stays at 30 us: a shift; where it rises with the stage, a regression
+    moved = cp.detect(_stages_and_call([10e-6] * 6 + [20e-6] * 6, [20e-6] * 6 + [10e-6] * 6, None))
+    assert len(cp.shifts(moved)) == 2 and cp.regressions(moved).empty
+    slower = cp.regressions(cp.detect(_stages_and_call([10e-6] * 6 + [20e-6] * 6, [20e-6] * 12, None)))
+    assert list(slower["stage"]) == ["stats"]
+    assert slower["call_change"].iloc[0] == pytest.approx(1 / 3, abs=0.02)
+
+
+def test_newest_vs_previous_calls_a_stage_step_its_call_does_not_show_a_shift():
+    frame = _stages_and_call([10e-6] * 11 + [20e-6], [20e-6] * 11 + [10e-6], [40e-6] * 12)
+    newest = cp.newest_vs_previous(frame)
+    assert set(newest.loc[newest["stage"].notna(), "verdict"]) == {"shift"}
+    assert set(newest.loc[newest["stage"].isna(), "verdict"]) == {"unchanged"}
+    summary = cp.newest_summary(newest)
+    assert summary["regressions"].sum() == 0 and summary["improvements"].sum() == 0
+    slower = _stages_and_call([10e-6] * 11 + [20e-6], [20e-6] * 12, [40e-6] * 11 + [50e-6])
+    newest = cp.newest_vs_previous(slower)
+    assert set(newest.loc[newest["stage"] == "stats", "verdict"]) == {"regression"}
 
 
 def test_a_spike_that_reverts_is_not_a_change():
@@ -288,6 +368,16 @@ def test_cli_exit_1_on_a_regression_with_json(tmp_path, capsys):
     assert {r["subject"] for r in data["improvements"]} == {"fast"}
     assert all(r["change_lo"] <= r["change"] <= r["change_hi"] for r in data["regressions"])
     assert data["newest_vs_previous"] and all(r["newest"] for r in data["newest_vs_previous"])
+
+
+def test_cli_exit_0_when_a_stage_only_shifted(tmp_path, capsys):
+    frame = _stages_and_call([10e-6] * 6 + [20e-6] * 6, [20e-6] * 6 + [10e-6] * 6, [40e-6] * 12)
+    results = sr.write_asv_results(frame, tmp_path / "results")
+    out = tmp_path / "changes.json"
+    assert main(["regressions", "--results", str(results), "--json", str(out)]) == 0
+    assert "2 stage shifts" in capsys.readouterr().out
+    data = json.loads(out.read_text())
+    assert not data["regressions"] and {r["stage"] for r in data["shifts"]} == {"stats", "resample"}
 
 
 def test_cli_exit_0_without_a_regression(tmp_path, capsys):

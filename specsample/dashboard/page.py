@@ -105,6 +105,7 @@ def write_index(
         ("#newest", "Newest vs previous"),
         ("#regressions", "Regressions"),
         ("#improvements", "Improvements"),
+        ("#shifts", "Stage shifts"),
         *((f"#{s['id']}", s["heading"]) for s in sections),
         ("#provenance", "Provenance"),
         ("#environment", "Environment"),
@@ -121,6 +122,8 @@ def write_index(
         "changes_caption": _changes_caption("commits"),
         "regressions": _changes_table(changepoints.regressions(changes), "commits", "No regression over commits."),
         "improvements": _changes_table(changepoints.improvements(changes), "commits", "No improvement over commits."),
+        "shifts": _changes_table(changepoints.shifts(changes), "commits", "No stage shift over commits."),
+        "shifts_caption": "Steps of one stage " + changepoints.SHIFTS_TEXT + ".",
         "sections": sections,
         "environment": _environment_context(data),
         "provenance": provenance_rows,
@@ -265,9 +268,10 @@ def _changes_table(changes: pd.DataFrame, dimension: str, empty: str) -> dict:
         before, after = str(change["before"]), str(change["after"])
         if dimension == "commits":
             before, after = before[:8], after[:8]
+        call = f"; the call {_pct(change['call_change'])}" if change["shift"] else ""
         rows.append(
             {
-                "direction": change["direction"],
+                "direction": "shift" if change["shift"] else change["direction"],
                 "change": _pct(change["change"]),
                 "interval": _interval(change["change_lo"], change["change_hi"], change["change"]),
                 "benchmark": change["benchmark"],
@@ -276,7 +280,7 @@ def _changes_table(changes: pd.DataFrame, dimension: str, empty: str) -> dict:
                 "point": changepoints.point_label(change, axes),
                 "range": f"{before} … {after}",
                 "levels": f"{_value(change['value_before'], change['unit'])} → "
-                f"{_value(change['value_after'], change['unit'])}",
+                f"{_value(change['value_after'], change['unit'])}{call}",
                 "sizes": f"{change['n_before']} / {change['n_after']}",
                 "noise": _pct(change["noise"], signed=False),
                 "threshold": _pct(change["threshold"], signed=False),
@@ -330,7 +334,8 @@ def _newest_context(points: pd.DataFrame) -> dict:
         }
         for row in summary.to_dict("records")
     ]
-    flagged = points[points["verdict"] != "unchanged"]
+    # stage shifts (changepoints' module docstring) are not flagged: the call did not change
+    flagged = points[points["verdict"].isin(["regression", "improvement"])]
     flagged = (
         flagged.assign(_size=flagged["effect"].abs())
         .sort_values(["verdict", "_size"], ascending=[False, False], kind="stable")

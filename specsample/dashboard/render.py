@@ -517,7 +517,8 @@ def _change_marks(changes: pd.DataFrame, benchmark: str, spec: FigureSpec, posit
     ``after``, is drawn."""
     if changes is None or changes.empty or not benchmark:
         return {}
-    rows = changes[(changes["benchmark"] == benchmark) & changes["after"].isin(list(position))]
+    drawn = (changes["benchmark"] == benchmark) & changes["after"].isin(list(position)) & ~changes["shift"]
+    rows = changes[drawn]
     marks: dict = {}
     for change in rows.to_dict("records"):
         ident = tuple(change.get(c) if c else None for c in (spec.facet, spec.facet_row, spec.line))

@@ -11,7 +11,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from ..schema import BASE_POINT, BASELINE_SUBJECT, RATIO_METRIC, SEMANTICS, STATUSES, release_key
+from ..schema import BANDWIDTH_METRIC, BASE_POINT, BASELINE_SUBJECT, RATIO_METRIC, SEMANTICS, STATUSES, release_key
 from ..track import changepoints
 from ..track.changepoints import point_label
 from ..track.results import ENV_COLUMNS, PARAM_COLUMNS, commit_order, point_ratio
@@ -224,11 +224,7 @@ def one_per_point(changes: pd.DataFrame, same: list[str]) -> pd.DataFrame:
 def bandwidth_above_one(df: pd.DataFrame) -> pd.DataFrame:
     """Subjects with a bandwidth fraction above 1: ``subject``, ``max``, ``points`` (above 1),
     ``benchmarks`` (their sweeps), largest first."""
-    rows = (
-        df[(df["metric"] == "track_bandwidth_fraction") & (df["status"] == "ok") & (df["value"] > 1)]
-        if not df.empty
-        else df
-    )
+    rows = df[(df["metric"] == BANDWIDTH_METRIC) & (df["status"] == "ok") & (df["value"] > 1)] if not df.empty else df
     if rows.empty:
         return pd.DataFrame(columns=["subject", "max", "points", "benchmarks"])
     out = rows.groupby("subject").agg(

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..schema import BASE_POINT, DRAFTS, MODES, OUR_SUBJECTS, STAGES, SYMBOLS, TIERS
+from ..schema import BANDWIDTH_METRIC, BASE_POINT, DRAFTS, MODES, OUR_SUBJECTS, RATIO_METRIC, STAGES, SYMBOLS, TIERS
 
 
 @dataclass(frozen=True)
@@ -285,7 +285,7 @@ FIGURES: tuple[FigureSpec, ...] = (
         line="subject",
         facet="mode",
         split="benchmark",
-        filter=(*INDEX_ROWS, ("metric", "track_bandwidth_fraction")),
+        filter=(*INDEX_ROWS, ("metric", BANDWIDTH_METRIC)),
         agg="median",
         log_axes=("x",),
         section="bandwidth",
@@ -300,7 +300,7 @@ FIGURES: tuple[FigureSpec, ...] = (
         line="subject",
         facet="mode",
         split="benchmark",
-        filter=(*INDEX_ROWS, ("metric", "track_bandwidth_fraction")),
+        filter=(*INDEX_ROWS, ("metric", BANDWIDTH_METRIC)),
         agg="median",
         section="bandwidth",
     ),
@@ -489,8 +489,8 @@ METRIC_PREFERENCE = (
     "time_sample",
     "track_latency_us",
     "track_stage_us",
-    "track_ratio_to_mrv2",
-    "track_bandwidth_fraction",
+    RATIO_METRIC,
+    BANDWIDTH_METRIC,
 )
 MAX_FAULT_ROWS = 50
 LEGEND_FONTSIZE = 9

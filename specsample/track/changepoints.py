@@ -28,10 +28,32 @@ which release changed the sampler's time?
 
 What is a series
 ----------------
-Every metric but :data:`~specsample.schema.RATIO_METRIC`: a subject's ratio to ``mrv2`` is
-derived from two latencies that are series of their own, and it moves whenever ``mrv2`` does.
-Counted as a change of the subject, ``mrv2``'s own 5-10% gain (session 6's stats-kernel
-restructure) read as 29 "regressions" of every other subject at unchanged latency.
+Every metric but the two derived from a point's latency and something measured apart from it
+(:data:`DERIVED_METRICS`), whose latency is a series of its own:
+
+* :data:`~specsample.schema.RATIO_METRIC`: a subject's ratio to ``mrv2`` moves whenever
+  ``mrv2`` does. Counted as a change of the subject, ``mrv2``'s own 5-10% gain (session 6's
+  stats-kernel restructure) read as 29 "regressions" of every other subject at unchanged
+  latency.
+* :data:`~specsample.schema.BANDWIDTH_METRIC`: the point's bytes over its latency, over the
+  copy bandwidth measured once at the start of its sweep, which moves between runs. In the
+  committed H200 history that measurement (the latency times the fraction, per point, against
+  the point's median) moved by up to 4.4% between consecutive nightly runs: from 093c776 to
+  abe6f31 the Vllm sweep's fractions fell 4.6% (geomean) while its latencies moved +0.5%, and
+  39 points of every subject, ``vllm==0.33.0`` among them, read as "slower".
+
+Stage shifts
+------------
+A stage series (``track_stage_us``, one kernel of a call) can step while the call does not:
+work moved from one kernel to another (session 16's row 0 read by ``stats`` instead of
+``resample`` doubled express's stats stage at phi=1 and cut its resample stage by 70%, and the
+calls got 10-20% faster), or a kernel got slower where the next one's overlap hides it. Such a
+step is a **shift**: the point's call latency (the median of its latency metrics over every
+sweep that timed the call at those two commits or releases; the sum of its stage times where
+none did) did not change beyond the noise floor (on the call's latency) in the step's
+direction. A shift is listed (:func:`shifts`), not counted among the regressions or
+improvements, and does not fail ``specsample regressions``: the call's own latency series judge
+the call, the stages explain it.
 
 Direction and noise
 -------------------
@@ -47,8 +69,7 @@ largest of:
 * a noise floor per dimension, the A/A noise measured on the H200 for how the two sides of a
   step were measured, which is far above the within-run spread: a relative floor
   (:data:`NOISE_FLOOR`) and an absolute one in time (:data:`MIN_ABS_SECONDS`), the latter as a
-  fraction of the point's latency, for every metric of the point (bandwidth and ratios are
-  computed from that latency, so they inherit its noise):
+  fraction of the series' median time (a stage's for a stage series):
 
   - ``"commits"``: each commit is a separate asv run, in separate processes and often hours
     apart. Relative: 5%, asv's own threshold and what sign-off of separately measured results
@@ -89,7 +110,7 @@ import numpy as np
 import pandas as pd
 from asv.step_detect import detect_regressions, detect_steps
 
-from ..schema import AXES, RATIO_METRIC, SYMBOLS, release_key, release_version
+from ..schema import AXES, BANDWIDTH_METRIC, RATIO_METRIC, SYMBOLS, release_key, release_version
 from .results import commit_order
 from .signoff.stats import (
     ASV_MIN_EFFECT,
@@ -101,7 +122,9 @@ from .signoff.stats import (
 
 DIMENSIONS = ("commits", "releases")
 DIRECTIONS = ("regression", "improvement")
-VERDICTS = ("regression", "improvement", "unchanged")
+VERDICTS = ("regression", "improvement", "shift", "unchanged")
+# Metrics that are not series of their own (module docstring).
+DERIVED_METRICS = (RATIO_METRIC, BANDWIDTH_METRIC)
 
 # Between separate asv runs the smallest points of unchanged code moved by up to 0.8 us
 # (module docstring: mrv2 and mrv2-pre50939 from b340c9d to c1b5b1c on the H200).
@@ -116,6 +139,11 @@ MIN_ABS_SECONDS: dict[str, float] = {
 # Metrics that time a point: their value (in their unit) is the point's latency.
 LATENCY_METRICS = ("time_sample", "track_latency_us")
 
+# How the report and the dashboard introduce the shifts (module docstring).
+SHIFTS_TEXT = (
+    "(a stage slower or faster while its call did not change beyond the threshold: work moved "
+    "between kernels, or a change the next kernel's overlap hides; not counted)"
+)
 # Axes written by value alone in point labels (their values name them).
 _NAMED_BY_VALUE = ("subject", "mode", "draft", "placeholder_pattern", "stage")
 # What describes a series besides its point axes (one value per series).
@@ -141,6 +169,8 @@ CHANGE_COLUMNS: dict[str, str] = {
     "noise": "float64",  # the series' relative IQR; NaN where no quartiles were stored
     "threshold": "float64",  # the smallest effect that would have been reported
     "measured_at": "str",  # releases: the commit the releases were measured at
+    "call_change": "float64",  # a stage series: its point's call latency, before -> after
+    "shift": "boolean",  # a stage's step its point's call does not show (docstring)
 }
 
 # Columns of newest_vs_previous()'s frame after the key columns.
@@ -155,7 +185,8 @@ NEWEST_COLUMNS: dict[str, str] = {
     "effect": "float64",  # how much worse, as a fraction (< 0: better; change for lower-is-better)
     "noise": "float64",
     "threshold": "float64",
-    "verdict": "str",  # "regression" | "improvement" | "unchanged"
+    "call_change": "float64",  # a stage series: its point's call latency, previous -> newest
+    "verdict": "str",  # "regression" | "improvement" | "shift" | "unchanged"
 }
 
 
@@ -203,7 +234,12 @@ def detect(frame: pd.DataFrame, dimension: str = "commits") -> pd.DataFrame:
         rows.extend(_changes_of(series, key, dimension))
     if not rows:
         return _empty_changes(frame, key)
-    return _ranked(_typed(pd.DataFrame(rows), frame, key, CHANGE_COLUMNS))
+    changes = pd.DataFrame(rows)
+    changes["call_change"], shift = _stage_shifts(
+        changes, points, key, dimension, changes["before_position"], changes["after_position"]
+    )
+    changes["shift"] = shift
+    return _ranked(_typed(changes, frame, key, CHANGE_COLUMNS))
 
 
 def detect_all(frame: pd.DataFrame) -> pd.DataFrame:
@@ -215,13 +251,19 @@ def detect_all(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def regressions(changes: pd.DataFrame) -> pd.DataFrame:
-    """The regressions of :func:`detect`'s frame, largest effect first."""
-    return changes[changes["direction"] == "regression"].reset_index(drop=True)
+    """The regressions of :func:`detect`'s frame (not the shifts), largest effect first."""
+    return changes[(changes["direction"] == "regression") & ~changes["shift"]].reset_index(drop=True)
 
 
 def improvements(changes: pd.DataFrame) -> pd.DataFrame:
-    """The improvements of :func:`detect`'s frame, largest effect first."""
-    return changes[changes["direction"] == "improvement"].reset_index(drop=True)
+    """The improvements of :func:`detect`'s frame (not the shifts), largest effect first."""
+    return changes[(changes["direction"] == "improvement") & ~changes["shift"]].reset_index(drop=True)
+
+
+def shifts(changes: pd.DataFrame) -> pd.DataFrame:
+    """The stage shifts of :func:`detect`'s frame (module docstring), slower ones first, each
+    direction by effect."""
+    return changes[changes["shift"]].reset_index(drop=True)
 
 
 def newest_vs_previous(frame: pd.DataFrame) -> pd.DataFrame:
@@ -263,12 +305,13 @@ def newest_vs_previous(frame: pd.DataFrame) -> pd.DataFrame:
     out["effect"] = _effect(out["change"].to_numpy(), lower, "regression")
     out["noise"] = new["noise"].to_numpy()
     out["threshold"] = new["threshold"].to_numpy()
+    worse, better = out["effect"] > out["threshold"], -out["effect"] > out["threshold"]
+    out["direction"] = np.where(better, "improvement", "regression")
+    out["call_change"], shift = _stage_shifts(out, points, key, "commits", prev["position"], new["position"])
     out["verdict"] = np.select(
-        [out["effect"] > out["threshold"], -out["effect"] > out["threshold"]],
-        ["regression", "improvement"],
-        "unchanged",
+        [(worse | better) & shift, worse, better], ["shift", "regression", "improvement"], "unchanged"
     )
-    return _typed(out, frame, key, NEWEST_COLUMNS)
+    return _typed(out.drop(columns="direction"), frame, key, NEWEST_COLUMNS)
 
 
 def newest_summary(points: pd.DataFrame) -> pd.DataFrame:
@@ -360,7 +403,7 @@ def _series_points(frame: pd.DataFrame, dimension: str) -> pd.DataFrame:
     _check_dimension(dimension)
     if frame.empty:
         return pd.DataFrame()
-    ok = frame[(frame["status"] == "ok") & (frame["value"] > 0) & (frame["metric"] != RATIO_METRIC)]
+    ok = frame[(frame["status"] == "ok") & (frame["value"] > 0) & ~frame["metric"].isin(DERIVED_METRICS)]
     if dimension == "commits":
         order = commit_order(ok)
         ok = ok.merge(order[["machine", "commit", "position"]], on=["machine", "commit"])
@@ -381,7 +424,7 @@ def _series_points(frame: pd.DataFrame, dimension: str) -> pd.DataFrame:
         hi=np.where(has_ci, np.maximum(ci_hi, value), value),
         weight=np.where(has_ci & (ci_hi > ci_lo), 2 / (ci_hi - ci_lo), np.nan),
         _iqr=_relative_iqr(ok),
-        _seconds=_latency_seconds(ok),
+        _seconds=_seconds(ok),
     )
     columns = [*key, "position"]
     agg = {
@@ -404,19 +447,54 @@ def _series_points(frame: pd.DataFrame, dimension: str) -> pd.DataFrame:
     return points.drop(columns=["_iqr", "_seconds"])
 
 
-def _latency_seconds(rows: pd.DataFrame) -> np.ndarray:
-    """Each row's point latency in seconds: its own value for a time metric (a stage time is
-    the stage's), else the latency measured at the same point of the same run (the sweep's
-    ``time_sample`` or ``track_latency_us``); NaN where there is none."""
-    seconds = rows["unit"].map(TIME_UNITS).astype("float64").to_numpy() * rows["value"].to_numpy()
-    point = ["machine", "commit", "tier", "sweep", *(a for a in AXES if a in rows and a != "stage")]
-    timed = rows[rows["metric"].isin(LATENCY_METRICS)]
-    if timed.empty or np.isfinite(seconds).all():
-        return seconds
-    known = timed.assign(_s=seconds[rows["metric"].isin(LATENCY_METRICS).to_numpy()])
-    known = known.groupby(point, dropna=False)["_s"].median().rename("_point_s").reset_index()
-    found = rows[point].merge(known, on=point, how="left")["_point_s"].to_numpy(dtype="float64")
-    return np.where(np.isfinite(seconds), seconds, found)
+def _stage_shifts(
+    rows: pd.DataFrame, points: pd.DataFrame, key: list[str], dimension: str, before, after
+) -> tuple[np.ndarray, np.ndarray]:
+    """For each row (a change, or a newest-vs-previous comparison, with ``direction``) of a
+    stage series: the relative change of its call from position ``before`` to ``after``
+    (:func:`_call_seconds`; NaN for other series, or where a side has neither), and whether the
+    row is a shift (module docstring): the call did not change beyond the noise floor in the
+    row's direction."""
+    is_stage = rows["stage"].notna().to_numpy() if "stage" in rows else np.zeros(len(rows), dtype=bool)
+    if not is_stage.any():
+        return np.full(len(rows), np.nan), is_stage
+    calls, point = _call_seconds(points, key)
+    ask = rows[point].reset_index(drop=True)
+
+    def at(positions) -> np.ndarray:
+        found = ask.assign(position=np.asarray(positions)).merge(calls, how="left", on=[*point, "position"])
+        return found["_call_s"].to_numpy(dtype="float64")
+
+    before_s, after_s = at(before), at(after)
+    change = np.where(is_stage, after_s / before_s - 1, np.nan)
+    threshold = np.fmax(NOISE_FLOOR[dimension], MIN_ABS_SECONDS[dimension] / before_s)
+    worse = _effect(change, True, "regression")
+    effect = np.where(rows["direction"].to_numpy() == "regression", worse, -worse)
+    with np.errstate(invalid="ignore"):
+        shift = is_stage & np.isfinite(effect) & ~(effect > threshold)
+    return change, shift
+
+
+def _call_seconds(points: pd.DataFrame, key: list[str]) -> tuple[pd.DataFrame, list[str]]:
+    """The call latency (seconds) of every point with stages, per position, and the columns
+    that name a point: the median of its latency metrics over every sweep that timed the call
+    at that position (the base point is in several), else the sum of its stage times (each
+    stage timed on its own, so the sum does not see their overlap)."""
+    point = [k for k in key if k not in ("benchmark", "stage")]
+    frame = points[point].assign(position=points["position"], _call_s=_seconds(points))
+    staged = points["stage"].notna() if "stage" in points else pd.Series(False, index=points.index)
+    timed = points["metric"].isin(LATENCY_METRICS) & ~staged
+    by = [*point, "position"]
+    calls = frame[timed.to_numpy()].groupby(by, dropna=False, sort=False)["_call_s"].median()
+    sums = frame[staged.to_numpy()].groupby(by, dropna=False, sort=False)["_call_s"].sum()
+    both = pd.concat([calls, sums[~sums.index.isin(calls.index)]])
+    return both.reset_index(), point
+
+
+def _seconds(rows: pd.DataFrame) -> np.ndarray:
+    """Each row's value in seconds (every series' metric is a time: :data:`DERIVED_METRICS`
+    are not series); NaN for a unit that is not a time."""
+    return rows["value"].to_numpy(dtype="float64") * rows["unit"].map(TIME_UNITS).to_numpy(dtype="float64")
 
 
 def _relative_iqr(rows: pd.DataFrame) -> np.ndarray:
@@ -562,11 +640,12 @@ def _empty_changes(frame: pd.DataFrame, key: list[str]) -> pd.DataFrame:
 
 
 def _ranked(changes: pd.DataFrame) -> pd.DataFrame:
+    """Regressions, improvements, then shifts (slower ones first), each by effect."""
     rank = changes["direction"].map({d: i for i, d in enumerate(DIRECTIONS)})
-    changes = changes.assign(_rank=rank).sort_values(
-        ["_rank", "effect", "benchmark"], ascending=[True, False, True], kind="stable"
+    changes = changes.assign(_shift=changes["shift"].astype(bool), _rank=rank).sort_values(
+        ["_shift", "_rank", "effect", "benchmark"], ascending=[True, True, False, True], kind="stable"
     )
-    return changes.drop(columns="_rank").reset_index(drop=True)
+    return changes.drop(columns=["_shift", "_rank"]).reset_index(drop=True)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -610,8 +689,13 @@ def report(changes: pd.DataFrame, newest: pd.DataFrame, *, limit: int = 50) -> s
                 f"{row['regressions']} slower, {row['improvements']} faster, geomean "
                 f"{pct(row['geomean_change'])}"
             )
-    for title, part in (("regressions", regressions(changes)), ("improvements", improvements(changes))):
-        lines.append(f"{len(part)} {title} (ranked by effect):" if len(part) else f"no {title}")
+    sections = (
+        ("regressions", "(ranked by effect)", regressions(changes)),
+        ("improvements", "(ranked by effect)", improvements(changes)),
+        ("stage shifts", SHIFTS_TEXT, shifts(changes)),
+    )
+    for title, how, part in sections:
+        lines.append(f"{len(part)} {title} {how}:" if len(part) else f"no {title}")
         for i, row in enumerate(part.head(limit).to_dict("records"), 1):
             where = (
                 f"{str(row['before'])[:8]}..{str(row['after'])[:8]}"
@@ -620,10 +704,11 @@ def report(changes: pd.DataFrame, newest: pd.DataFrame, *, limit: int = 50) -> s
             )
             subject = row.get("subject") if isinstance(row.get("subject"), str) else "vLLM releases"
             noise = "n/a" if not np.isfinite(row["noise"]) else f"{100 * row['noise']:.1f}%"
+            call = f", the call {pct(row['call_change'])}" if row["shift"] else ""
             lines.append(
                 f"  {i:3d}. {pct(row['change'])} [{pct(row['change_lo'])}, {pct(row['change_hi'])}] "
                 f"{row['benchmark']} {subject} {point_label(row, axes)} {where} (noise {noise}, "
-                f"threshold {100 * row['threshold']:.1f}%)"
+                f"threshold {100 * row['threshold']:.1f}%{call})"
             )
         if len(part) > limit:
             lines.append(f"  ... {len(part) - limit} more (--json FILE lists all)")
