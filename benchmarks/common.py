@@ -142,9 +142,10 @@ def _units(sweep: Sweep, drop: tuple[str, ...]) -> list[worker.Unit]:
     ]
 
 
-def _write_outcomes(sweep: Sweep, units: list[worker.Unit], outcome: worker.Outcome) -> None:
-    """The sweep's per-point outcomes and its subjects' provenance, for ``specsample bench`` to
-    keep beside the results (``results/<machine>/<sha8>.outcomes``)."""
+def _write_outcomes(sweep: Sweep, units: list[worker.Unit], outcome: worker.Outcome, copy_bandwidth: float) -> None:
+    """The sweep's per-point outcomes, its subjects' provenance and the copy bandwidth its
+    bandwidth fractions are divided by, for ``specsample bench`` to keep beside the results
+    (``results/<machine>/<sha8>.outcomes``)."""
     points = []
     for unit in units:
         for subject, record in outcome.records[unit.key].items():
@@ -160,7 +161,8 @@ def _write_outcomes(sweep: Sweep, units: list[worker.Unit], outcome: worker.Outc
                     "gpu": record.get("gpu"),
                 }
             )
-    data = {"subjects": outcome.provenance, "points": points}
+    sweeps = [{"tier": sweep.tier, "sweep": sweep.name, "copy_bandwidth_gbps": copy_bandwidth / 1e9}]
+    data = {"subjects": outcome.provenance, "points": points, "sweeps": sweeps}
     (_run_scratch() / f"{sweep.class_name}.outcomes.json").write_text(json.dumps(data, default=str))
 
 
@@ -193,7 +195,7 @@ def measure_sweep(sweep: Sweep) -> dict:
         for subject, record in outcome.records[unit.key].items():
             if record["status"] != "skipped":
                 out["points"][tuple(dict(unit.point, subject=subject)[n] for n in names)] = record
-    _write_outcomes(sweep, units, outcome)
+    _write_outcomes(sweep, units, outcome, out["copy_bandwidth"])
     return out
 
 

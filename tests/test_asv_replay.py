@@ -212,6 +212,7 @@ def test_measure_sweep_keeps_samples_and_method_per_point(monkeypatch, run_scrat
     assert outcomes["subjects"] == {"mrv2": {"kind": "ours"}}
     assert len(outcomes["points"]) == len(SWEEP.points())
     assert {r["status"] for r in outcomes["points"]} == {"ok", "skipped", "crashed"}
+    assert outcomes["sweeps"] == [{"tier": SWEEP.tier, "sweep": SWEEP.name, "copy_bandwidth_gbps": 4000.0}]
 
 
 def test_a_crashed_point_fails_in_asv(tmp_path, monkeypatch, run_scratch):
@@ -295,3 +296,41 @@ def test_real_asv_run_records_the_stored_samples(tmp_path):
         assert samples[i] == want, p
         assert values[i] == pytest.approx(statistics.median(want), rel=1e-12)
         assert stats[i]["repeat"] == len(want) and stats[i]["number"] == 1
+
+
+def test_a_runs_outcomes_merge_over_the_commits_earlier_ones(tmp_path):
+    """Per point and per sweep (its copy bandwidth), the newer run's record replaces the
+    earlier one's; what only the earlier run measured is kept."""
+    from specsample.track.asv_runs import _merge_outcomes
+
+    def record(sweep, status):
+        point = {"num_reqs": 1}
+        return {"tier": "nightly", "sweep": sweep, "point": point, "subject": "mrv2", "status": status}
+
+    previous = tmp_path / "abc.outcomes"
+    previous.write_text(
+        json.dumps(
+            {
+                "subjects": {"mrv2": {"kind": "ours"}},
+                "points": [record("Batch", "crashed"), record("Vocab", "ok")],
+                "sweeps": [
+                    {"tier": "nightly", "sweep": "Batch", "copy_bandwidth_gbps": 4100.0},
+                    {"tier": "nightly", "sweep": "Vocab", "copy_bandwidth_gbps": 4150.0},
+                ],
+            }
+        )
+    )
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    (scratch / "NightlyBatch.outcomes.json").write_text(
+        json.dumps(
+            {
+                "subjects": {"mrv2": {"kind": "ours"}},
+                "points": [record("Batch", "ok")],
+                "sweeps": [{"tier": "nightly", "sweep": "Batch", "copy_bandwidth_gbps": 4200.0}],
+            }
+        )
+    )
+    merged = json.loads(_merge_outcomes(scratch, previous, tmp_path / "merged.outcomes").read_text())
+    assert {(r["sweep"], r["status"]) for r in merged["points"]} == {("Batch", "ok"), ("Vocab", "ok")}
+    assert {r["sweep"]: r["copy_bandwidth_gbps"] for r in merged["sweeps"]} == {"Batch": 4200.0, "Vocab": 4150.0}

@@ -178,11 +178,12 @@ def _measured_values(path: Path) -> int:
 
 def _merge_outcomes(scratch: Path, previous: Path | None, dest: Path) -> Path | None:
     """The run's outcome files (one per measured sweep, in the run's scratch directory) merged
-    over ``previous`` (the commit's earlier outcomes), keyed by (tier, sweep, point, subject)."""
+    over ``previous`` (the commit's earlier outcomes), keyed by (tier, sweep, point, subject);
+    each sweep's copy bandwidth by (tier, sweep)."""
     found = sorted(scratch.glob("*.outcomes.json"))
     if not found:
         return None
-    merged = {"version": 1, "subjects": {}, "points": {}}
+    merged = {"version": 1, "subjects": {}, "points": {}, "sweeps": {}}
     sources = ([previous] if previous and previous.exists() else []) + found
     for path in sources:
         data = json.loads(path.read_text())
@@ -191,7 +192,10 @@ def _merge_outcomes(scratch: Path, previous: Path | None, dest: Path) -> Path | 
         for record in points.values() if isinstance(points, dict) else points:
             key = json.dumps([record["tier"], record["sweep"], record["point"], record["subject"]], sort_keys=True)
             merged["points"][key] = record
+        for record in data.get("sweeps", []):
+            merged["sweeps"][json.dumps([record["tier"], record["sweep"]])] = record
     merged["points"] = list(merged["points"].values())
+    merged["sweeps"] = list(merged["sweeps"].values())
     dest.write_text(json.dumps(merged, indent=0, sort_keys=True, default=str) + "\n")
     return dest
 
