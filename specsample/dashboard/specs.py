@@ -136,6 +136,13 @@ FIDELITY_METRICS = ("track_latency_us", "time_sample")
 _RELEASE_ROWS = (("tier", "releases"), ("metric", "time_sample"))
 _RELEASE_STATUSES = ("ok", "crashed", "failed")
 _HEATMAP_AXES = (("num_reqs", "vocab_size"), ("num_speculative_steps", "placeholder_density"))
+# The speedup heatmaps, (slower, faster, figure name prefix): mrv2 over the peers and the
+# replica before PR #50939, then fast over mrv2 (issue 7). Not express: the quick tier's 2-D
+# sweeps, which the heatmaps need, do not run it (the nightly sweeps vary one axis each).
+SPEEDUPS = (
+    *((base, BASELINE, f"speedup-{base}") for base in BASELINES),
+    (BASELINE, FASTEST, f"speedup-{FASTEST}-over-{BASELINE}"),
+)
 
 FIGURES: tuple[FigureSpec, ...] = (
     FigureSpec(
@@ -242,8 +249,8 @@ FIGURES: tuple[FigureSpec, ...] = (
     ),
     *(
         FigureSpec(
-            name=f"speedup-{base}-{x}-{rows}",
-            title=f"Speedup of {BASELINE} over {base} by {x} × {rows}",
+            name=f"{name}-{x}-{rows}",
+            title=f"Speedup of {faster} over {slower} by {x} × {rows}",
             kind="heatmap",
             x=x,
             y="speedup",
@@ -251,28 +258,11 @@ FIGURES: tuple[FigureSpec, ...] = (
             quantity="speedup",
             line=rows,
             filter=(*INDEX_ROWS, *TIME_SAMPLE),
-            compare=(base, BASELINE),
+            compare=(slower, faster),
             split="benchmark",
             section="speedup",
         )
-        for base in BASELINES
-        for x, rows in _HEATMAP_AXES
-    ),
-    *(
-        FigureSpec(
-            name=f"speedup-{FASTEST}-over-{BASELINE}-{x}-{rows}",
-            title=f"Speedup of {FASTEST} over {BASELINE} by {x} × {rows}",
-            kind="heatmap",
-            x=x,
-            y="speedup",
-            unit="×",
-            quantity="speedup",
-            line=rows,
-            filter=(*INDEX_ROWS, *TIME_SAMPLE),
-            compare=(BASELINE, FASTEST),
-            split="benchmark",
-            section="speedup",
-        )
+        for slower, faster, name in SPEEDUPS
         for x, rows in _HEATMAP_AXES
     ),
     FigureSpec(
