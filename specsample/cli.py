@@ -55,7 +55,7 @@ def _require_gpu(command: str) -> None:
     if reason:
         raise UsageError(
             f"{command} times kernels on a GPU and this machine has {reason}; nothing was "
-            f"measured or written (only `specsample bench --tier smoke` runs on a CPU)"
+            f"measured or written (only the smoke tier runs on a CPU: bench, signoff or backfill --tier smoke)"
         )
 
 
