@@ -239,6 +239,18 @@ def test_without_a_timed_call_the_stages_together_judge_the_step():
     assert slower["call_change"].iloc[0] == pytest.approx(1 / 3, abs=0.02)
 
 
+def test_a_call_timed_on_one_side_only_is_not_set_against_a_sum():
+    # the call (50 us, launch gaps included) was timed only before the step; after it only the
+    # stages were: their sum rose 30 -> 40 us, which is the regression (50 -> 40 would read as
+    # the call getting faster, and the stats step as a shift)
+    rows = _series([10e-6] * 6 + [20e-6] * 6, metric="track_stage_us", sweep="Stages", stage="stats", seed=3)
+    rows += _series([20e-6] * 12, metric="track_stage_us", sweep="Stages", stage="resample", seed=4)
+    rows += _series([50e-6] * 6, sweep="Density", seed=5)
+    reg = cp.regressions(cp.detect(to_frame(rows)))
+    assert list(reg["stage"]) == ["stats"]
+    assert reg["call_change"].iloc[0] == pytest.approx(1 / 3, abs=0.02)
+
+
 def test_newest_vs_previous_calls_a_stage_step_its_call_does_not_show_a_shift():
     frame = _stages_and_call([10e-6] * 11 + [20e-6], [20e-6] * 11 + [10e-6], [40e-6] * 12)
     newest = cp.newest_vs_previous(frame)

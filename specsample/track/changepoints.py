@@ -49,9 +49,9 @@ work moved from one kernel to another (session 16's row 0 read by ``stats`` inst
 ``resample`` doubled express's stats stage at phi=1 and cut its resample stage by 70%, and the
 calls got 10-20% faster), or a kernel got slower where the next one's overlap hides it. Such a
 step is a **shift**: the point's call latency (the median of its latency metrics over every
-sweep that timed the call at those two commits or releases; the sum of its stage times where
-none did) did not change beyond the noise floor (on the call's latency) in the step's
-direction. A shift is listed (:func:`shifts`), not counted among the regressions or
+sweep that timed the call at those two commits or releases; the sum of its stage times at both
+where the call was not timed at both: never one against the other) did not change beyond the
+noise floor (on the call's latency) in the step's direction. A shift is listed (:func:`shifts`), not counted among the regressions or
 improvements, and does not fail ``specsample regressions``: the call's own latency series judge
 the call, the stages explain it.
 
@@ -452,20 +452,24 @@ def _stage_shifts(
 ) -> tuple[np.ndarray, np.ndarray]:
     """For each row (a change, or a newest-vs-previous comparison, with ``direction``) of a
     stage series: the relative change of its call from position ``before`` to ``after``
-    (:func:`_call_seconds`; NaN for other series, or where a side has neither), and whether the
-    row is a shift (module docstring): the call did not change beyond the noise floor in the
-    row's direction."""
+    (:func:`_call_seconds`: the call's latency where a sweep timed it at both positions, else
+    the point's stages together at both; NaN for other series, or where neither is known at
+    both), and whether the row is a shift (module docstring): the call did not change beyond
+    the noise floor in the row's direction."""
     is_stage = rows["stage"].notna().to_numpy() if "stage" in rows else np.zeros(len(rows), dtype=bool)
     if not is_stage.any():
         return np.full(len(rows), np.nan), is_stage
-    calls, point = _call_seconds(points, key)
+    calls, sums, point = _call_seconds(points, key)
     ask = rows[point].reset_index(drop=True)
 
-    def at(positions) -> np.ndarray:
-        found = ask.assign(position=np.asarray(positions)).merge(calls, how="left", on=[*point, "position"])
-        return found["_call_s"].to_numpy(dtype="float64")
+    def at(table: pd.DataFrame, positions) -> np.ndarray:
+        found = ask.assign(position=np.asarray(positions)).merge(table, how="left", on=[*point, "position"])
+        return found["_s"].to_numpy(dtype="float64")
 
-    before_s, after_s = at(before), at(after)
+    call_before, call_after = at(calls, before), at(calls, after)
+    timed = np.isfinite(call_before) & np.isfinite(call_after)  # never a call against a sum
+    before_s = np.where(timed, call_before, at(sums, before))
+    after_s = np.where(timed, call_after, at(sums, after))
     change = np.where(is_stage, after_s / before_s - 1, np.nan)
     threshold = np.fmax(NOISE_FLOOR[dimension], MIN_ABS_SECONDS[dimension] / before_s)
     worse = _effect(change, True, "regression")
@@ -475,20 +479,19 @@ def _stage_shifts(
     return change, shift
 
 
-def _call_seconds(points: pd.DataFrame, key: list[str]) -> tuple[pd.DataFrame, list[str]]:
-    """The call latency (seconds) of every point with stages, per position, and the columns
-    that name a point: the median of its latency metrics over every sweep that timed the call
-    at that position (the base point is in several), else the sum of its stage times (each
-    stage timed on its own, so the sum does not see their overlap)."""
+def _call_seconds(points: pd.DataFrame, key: list[str]) -> tuple[pd.DataFrame, pd.DataFrame, list[str]]:
+    """Per point and position (in seconds, column ``_s``): the call's latency, the median of
+    its latency metrics over every sweep that timed the call there (the base point is in
+    several); the sum of its stage times (each stage timed on its own, so the sum does not see
+    their overlap); and the columns that name a point."""
     point = [k for k in key if k not in ("benchmark", "stage")]
-    frame = points[point].assign(position=points["position"], _call_s=_seconds(points))
+    frame = points[point].assign(position=points["position"], _s=_seconds(points))
     staged = points["stage"].notna() if "stage" in points else pd.Series(False, index=points.index)
     timed = points["metric"].isin(LATENCY_METRICS) & ~staged
     by = [*point, "position"]
-    calls = frame[timed.to_numpy()].groupby(by, dropna=False, sort=False)["_call_s"].median()
-    sums = frame[staged.to_numpy()].groupby(by, dropna=False, sort=False)["_call_s"].sum()
-    both = pd.concat([calls, sums[~sums.index.isin(calls.index)]])
-    return both.reset_index(), point
+    calls = frame[timed.to_numpy()].groupby(by, dropna=False, sort=False)["_s"].median().reset_index()
+    sums = frame[staged.to_numpy()].groupby(by, dropna=False, sort=False)["_s"].sum().reset_index()
+    return calls, sums, point
 
 
 def _seconds(rows: pd.DataFrame) -> np.ndarray:
