@@ -116,7 +116,7 @@ def test_the_site_shows_the_sweeps_history_and_stage_breakdown(real_site):
         "stages-bench_stages.NightlyStages.track_stage_us",
         "history-latency-bench_sampler.NightlyBatchLatency.time_sample",
     }
-    for section in ("newest", "regressions", "improvements", "history", "sweeps", "stages"):
+    for section in ("newest", "regressions", "improvements", "shifts", "history", "sweeps", "stages"):
         assert f'<section id="{section}">' in page
     assert sum(p.stat().st_size for p in out.rglob("*") if p.is_file()) < MAX_SITE_BYTES
     assert (out / "releases.html").is_file()
@@ -131,13 +131,16 @@ def test_the_page_lists_what_changepoints_finds(real_df, real_site):
     _, page = real_site
     machine = str(real_df.sort_values("date")["machine"].iloc[-1])
     changes = changepoints.detect(real_df[real_df["machine"] == machine])
-    table = _section(page, "regressions")
-    count = re.search(r"(\d+) changes in (\d+) points", table)
-    regressions = changepoints.regressions(changes)
-    if regressions.empty:
-        assert "No regression over commits." in table
-    else:
-        assert count and int(count[1]) == len(regressions)
+    for section, found, empty in (
+        ("regressions", changepoints.regressions(changes), "No regression over commits."),
+        ("shifts", changepoints.shifts(changes), "No stage shift over commits."),
+    ):
+        table = _section(page, section)
+        count = re.search(r"(\d+) changes in (\d+) points", table)
+        if found.empty:
+            assert empty in table
+        else:
+            assert count and int(count[1]) == len(found), section
 
 
 def test_specsample_regressions_runs_on_the_committed_results(real_df, tmp_path, capsys):
