@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from specsample import cli
 from specsample.devtools import tune
 from specsample.kernels import express, fast
+from specsample.workloads import bytes_required
 
 
 def test_candidate_replaces_fields_of_its_base():
@@ -122,3 +125,29 @@ def test_cli_refuses_bad_options_before_it_needs_a_gpu(capsys, monkeypatch, tmp_
     assert cli.main(["tune", "--sampler", "express", "--candidate", "r2=small:resample_blocks=2"]) == 2
     assert "specsample tune times kernels on a GPU" in capsys.readouterr().err
     assert not list(tmp_path.iterdir())
+
+
+def test_bandwidth_fractions_are_the_nightly_tiers():
+    # bytes_required over the whole call's median, over the copy bandwidth: the stages are not
+    # calls; 311.2 MB in 110.5 us at 4.211 TB/s is goal 3's 0.668 at abe6f31
+    medians = {"mrv2:call": 300.0, "mrv2:stats": 120.0, "large:call": 110.5, "stream80:call": 92.4}
+    fractions = tune.bandwidth_fractions(medians, 311_200_000, 4.211e12)
+    assert set(fractions) == {"mrv2", "large", "stream80"}
+    assert fractions["large"] == pytest.approx(0.668, abs=0.001)
+    assert fractions["stream80"] == pytest.approx(0.80, abs=0.001)
+    assert fractions["mrv2"] == pytest.approx(311.2e6 / 300e-6 / 4.211e12)
+
+
+def test_run_writes_each_workloads_medians_bytes_and_fractions(monkeypatch, tmp_path):
+    # the GPU parts replaced: the copy bandwidth, the device name and each workload's timing
+    monkeypatch.setattr(tune, "copy_bandwidth", lambda: 4e12)
+    monkeypatch.setattr(tune.torch.cuda, "get_device_name", lambda: "test GPU")
+    monkeypatch.setattr(tune, "tune_workload", lambda name, w, opts, log: {"mrv2:call": 200.0, "large:call": 100.0})
+    opts = tune.options(["base-standard-phi0.5", "R1-standard-phi0"], sampler="express")
+    lines = []
+    results = tune.run(opts, tmp_path / "tune.json", log=lines.append)
+    written = json.loads((tmp_path / "tune.json").read_text())
+    assert written == json.loads(json.dumps(results)) and written["copy_bandwidth_gbps"] == 4000.0
+    required = written["bytes_required"]["base-standard-phi0.5"]
+    assert required == bytes_required(tune.WORKLOADS["base-standard-phi0.5"]) > 0
+    assert f"large {required / 100e-6 / 4e12:.3f}" in "\n".join(lines)

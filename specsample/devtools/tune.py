@@ -8,7 +8,9 @@ mrv2's pipeline as the reference), runs each once
 L2, CUDA-graph replay; :mod:`specsample.timing`): the whole call of every candidate, and each
 kernel alone for mrv2 and the candidates named by ``--stages`` (on pipelines of their own,
 :func:`specsample.measure.stage_calls`: a stage timed on a pipeline that already ran insert
-would read tau + 1). It prints one line per workload and writes every median to JSON. This is
+would read tau + 1). It prints one line per workload, and each whole call's bandwidth fraction
+(``bytes_required`` over the median, over the copy bandwidth measured once at the start: the
+nightly tier's ``track_bandwidth_fraction``, issue 18's goal 3), and writes every median to JSON. This is
 how ``fast.default_config`` (and express's) is chosen (by hand, from these numbers); the runs and
 what was decided from them are recorded in ``notes/performance.md``.
 
@@ -37,8 +39,8 @@ import torch
 
 from ..kernels import express, fast, mrv2
 from ..measure import input_copies, stage_calls
-from ..timing import TimingConfig, measure_interleaved
-from ..workloads import Workload
+from ..timing import TimingConfig, copy_bandwidth, measure_interleaved
+from ..workloads import Workload, bytes_required
 
 BASE = dict(num_speculative_steps=4, vocab_size=151936)
 WORKLOADS = {
@@ -220,13 +222,24 @@ def tune_workload(name: str, w: Workload, opts: Options, log: Callable[[str], No
     return out
 
 
+def bandwidth_fractions(medians: dict[str, float], required: int, bandwidth: float) -> dict[str, float]:
+    """Each whole call's bandwidth fraction from :func:`tune_workload`'s medians (``label:call``
+    in us): ``required`` bytes (:func:`specsample.workloads.bytes_required`) per median, over
+    ``bandwidth`` (bytes/s, read plus written)."""
+    return {k.split(":")[0]: required / (us * 1e-6) / bandwidth for k, us in medians.items() if k.endswith(":call")}
+
+
 def run(opts: Options, out: Path, log: Callable[[str], None] = print) -> dict:
     """Tune every workload of ``opts`` in turn; ``out`` is rewritten after each (a run cut short
     keeps what it measured). Needs a CUDA GPU."""
+    bandwidth = copy_bandwidth()
+    log(f"specsample tune: copy bandwidth {bandwidth / 1e12:.2f} TB/s (read + written)")
     results = {
         "device": torch.cuda.get_device_name(),
         "sampler": opts.sampler,
         "unit": "us per call, median, cold L2",
+        "copy_bandwidth_gbps": bandwidth / 1e9,
+        "bytes_required": {name: bytes_required(WORKLOADS[name]) for name in opts.workloads},
         "candidates": {k: dataclasses.asdict(v) for k, v in opts.candidates.items()},
         "modules": {k: m.__name__ for k, m in opts.modules.items()},
         "workloads": {},
@@ -234,6 +247,8 @@ def run(opts: Options, out: Path, log: Callable[[str], None] = print) -> dict:
     start = time.monotonic()
     for name in opts.workloads:
         results["workloads"][name] = tune_workload(name, WORKLOADS[name], opts, log)
+        fractions = bandwidth_fractions(results["workloads"][name], results["bytes_required"][name], bandwidth)
+        log("    bandwidth fraction: " + "  ".join(f"{k} {v:.3f}" for k, v in fractions.items()))
         out.write_text(json.dumps(results, indent=1))
     log(f"specsample tune: {len(opts.workloads)} workloads in {time.monotonic() - start:.0f} s -> {out}")
     return results
