@@ -1,10 +1,12 @@
-"""Compile express's kernels for sm_90 on a machine without a GPU and summarise their SASS.
+"""Compile a sampler's kernels for sm_90 on a machine without a GPU and summarise their SASS.
 
 Usage (no TRITON_INTERPRET; CPU tensors only give the launch arguments):
-    python scripts/express_sass.py [--mode standard|block] [--draft logits|one-hot] [--reqs R]
+    python scripts/express_sass.py [--sampler express|fast|mrv2|mrv2-pre50939]
+        [--mode standard|block] [--draft logits|one-hot] [--reqs R]
         [--config NAME] [--set FIELD=VALUE ...] [--dump DIR]
 
-Each launch of one express call (small and large configurations) is captured instead of run,
+Each launch of one call of the sampler (express by default; ``--config`` and ``--set`` choose
+express's or fast's launch configuration) is captured instead of run,
 compiled with ``triton.compile`` for a CUDA 9.0 target (ptxas from Triton's bundle), and
 disassembled with the bundled ``cuobjdump``. Per kernel it prints: registers per thread, SASS instructions, global
 loads (LDG), fp64 instructions (D*), MUFU, warp shuffles, CTA barriers (BAR), and "load rounds": the number of
@@ -30,8 +32,12 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
-from specsample.kernels import express
+from specsample.kernels import express, fast, mrv2, pre50939
 from specsample.workloads import Workload, make_inputs
+
+# The samplers' kernels live in these modules (fast and the pre-#50939 replica launch mrv2's too).
+KERNEL_MODULES = (mrv2, fast, express)
+PIPELINES = {"express": express, "fast": fast, "mrv2": mrv2, "mrv2-pre50939": pre50939}
 
 BIN = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
 TARGET = GPUTarget("cuda", 90, 32)
@@ -65,7 +71,7 @@ def _compile(kernel, kwargs, specialize: bool = True):
     opts = {k: kwargs.pop(k) for k in ("num_warps", "num_stages", "maxnreg") if k in kwargs}
     for i, name in enumerate(kernel.arg_names):
         value = kwargs[name]
-        if i in kernel.constexprs:
+        if i in kernel.constexprs or value is None:  # the JIT makes a None argument a constexpr too
             signature[name] = "constexpr"
             constexprs[name] = value
         elif isinstance(value, torch.Tensor):
@@ -189,13 +195,19 @@ def timeline(insts):
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser()
+    ap.add_argument("--sampler", default="express", choices=list(PIPELINES), help="whose kernels")
     ap.add_argument("--mode", default="standard")
     ap.add_argument("--draft", default="logits")
     ap.add_argument("--reqs", type=int, default=1)
     ap.add_argument("--phi", type=float, default=0.0)
     ap.add_argument("--target-dtype", default="float32", help="torch dtype of the target logits")
     ap.add_argument("--draft-dtype", default="bfloat16", help="torch dtype of the draft logits")
-    ap.add_argument("--config", default="small", choices=list(express.NAMED_CONFIGS))
+    ap.add_argument(
+        "--config",
+        default="small",
+        choices=sorted(set(express.NAMED_CONFIGS) | set(fast.NAMED_CONFIGS)),
+        help="express's or fast's launch configuration (mrv2 has none)",
+    )
     ap.add_argument(
         "--set",
         action="append",
@@ -222,21 +234,33 @@ def main(argv=None) -> None:
         draft_dtype=getattr(torch, args.draft_dtype),
     )
     inputs = make_inputs(w, device="cpu")
-    config = express.NAMED_CONFIGS[args.config]
-    for item in args.set:
-        field, _, value = item.partition("=")
-        kind = type(getattr(config, field))
-        config = dataclasses.replace(config, **{field: value == "True" if kind is bool else kind(value)})
+    options = {}
+    if args.sampler in ("express", "fast"):
+        configs = PIPELINES[args.sampler].NAMED_CONFIGS
+        if args.config not in configs:
+            ap.error(f"--config: {args.sampler} has {', '.join(configs)}")
+        config = configs[args.config]
+        for item in args.set:
+            field, _, value = item.partition("=")
+            kind = type(getattr(config, field))
+            config = dataclasses.replace(config, **{field: value == "True" if kind is bool else kind(value)})
+        options["config"] = config
+    elif args.set:
+        ap.error(f"--set: {args.sampler} has no launch configuration")
     launches = []
-    names = [n for n in dir(express) if n.endswith("_kernel") and isinstance(getattr(express, n), triton.JITFunction)]
-    saved = {n: getattr(express, n) for n in names}
+    saved = {
+        (module, n): getattr(module, n)
+        for module in KERNEL_MODULES
+        for n in dir(module)
+        if n.endswith("_kernel") and isinstance(getattr(module, n), triton.JITFunction)
+    }
     try:
-        for n in names:
-            setattr(express, n, _Capture(saved[n], launches))
-        express.Pipeline(**inputs, config=config).run()
+        for (module, n), kernel in saved.items():
+            setattr(module, n, _Capture(kernel, launches))
+        PIPELINES[args.sampler].Pipeline(**inputs, **options).run()
     finally:
-        for n, k in saved.items():
-            setattr(express, n, k)
+        for (module, n), kernel in saved.items():
+            setattr(module, n, kernel)
     for kernel, grid, kwargs in launches:
         if args.dependent_launch:
             kwargs = dict(kwargs, PDL=True)

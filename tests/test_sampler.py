@@ -8,12 +8,15 @@ workload, never zeros. Distribution-level checks of the sampling law live in
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import warnings
+from pathlib import Path
 
 import pytest
 import torch
 from batches import emitted, first_placeholder, split_requests, trial_batch, truncate_at_placeholders
-from conftest import HAS_CUDA, gpu
+from conftest import HAS_CUDA, compiler_env, gpu
 
 from specsample import reference, rejection_sample
 from specsample import rejection_sample_fast
@@ -314,3 +317,38 @@ def test_interpreter_converts_scalars_as_numpy_2_4_requires(mode):
         assert emitted(*rejection_sample(**inputs)) == expected
         assert emitted(*rejection_sample_fast(**inputs)) == expected
         assert emitted(*rejection_sample_express(**inputs)) == emitted(*express_reference.rejection_sample(**inputs))
+
+
+@pytest.mark.parametrize(
+    "sampler,config,mode,draft,kernels",
+    [
+        ("mrv2", None, "block", "logits", 6),  # stats, cum_log_p, residual_mass, rejection, resample, insert
+        ("mrv2-pre50939", None, "block", "logits", 6),
+        ("mrv2", None, "greedy", "one-hot", 4),
+        ("fast", "large", "block", "logits", 6),
+        ("fast", "tiny", "greedy", "one-hot", 3),
+    ],
+)
+def test_kernels_compile_for_sm90(sampler, config, mode, draft, kernels):
+    """mrv2's, the pre-#50939 replica's and fast's kernels compile for sm_90 with 16-bit logits,
+    as express's do (tests/test_express.py). The interpreter does not run Triton's code
+    generator: a call that left a str constexpr of mrv2's _global_argmax to its default passed
+    every CPU test and would not compile on a GPU (Triton 3.6: "'str' object has no attribute
+    'type'"; session 19, in the stream kernel patch). Compiled on the CPU with Triton's bundled
+    ptxas (``scripts/express_sass.py --sampler``, no GPU needed)."""
+    script = Path(__file__).resolve().parents[1] / "scripts" / "express_sass.py"
+    args = ["--sampler", sampler, "--mode", mode, "--draft", draft, "--reqs", "4"]
+    args += ["--target-dtype", "bfloat16", "--draft-dtype", "float16"] + (["--config", config] if config else [])
+    proc = subprocess.run(
+        [sys.executable, str(script), *args],
+        env=compiler_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    if proc.returncode != 0 and "ptxas" in proc.stderr and "CompilationError" not in proc.stderr:
+        pytest.skip(f"cannot compile for sm_90 here: {proc.stderr.strip().splitlines()[-1]}")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    compiled = [line.split()[0] for line in proc.stdout.splitlines() if line.startswith("_")]
+    assert len(compiled) == kernels and all(name.endswith("_kernel") for name in compiled), proc.stdout
