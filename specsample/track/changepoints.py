@@ -236,7 +236,7 @@ def detect(frame: pd.DataFrame, dimension: str = "commits") -> pd.DataFrame:
         return _empty_changes(frame, key)
     changes = pd.DataFrame(rows)
     changes["call_change"], shift = _stage_shifts(
-        changes, points, key, dimension, changes["before_position"], changes["after_position"]
+        changes, changes["direction"], points, key, dimension, changes["before_position"], changes["after_position"]
     )
     changes["shift"] = shift
     return _ranked(_typed(changes, frame, key, CHANGE_COLUMNS))
@@ -306,12 +306,12 @@ def newest_vs_previous(frame: pd.DataFrame) -> pd.DataFrame:
     out["noise"] = new["noise"].to_numpy()
     out["threshold"] = new["threshold"].to_numpy()
     worse, better = out["effect"] > out["threshold"], -out["effect"] > out["threshold"]
-    out["direction"] = np.where(better, "improvement", "regression")
-    out["call_change"], shift = _stage_shifts(out, points, key, "commits", prev["position"], new["position"])
+    direction = np.where(better, "improvement", "regression")
+    out["call_change"], shift = _stage_shifts(out, direction, points, key, "commits", prev["position"], new["position"])
     out["verdict"] = np.select(
         [(worse | better) & shift, worse, better], ["shift", "regression", "improvement"], "unchanged"
     )
-    return _typed(out.drop(columns="direction"), frame, key, NEWEST_COLUMNS)
+    return _typed(out, frame, key, NEWEST_COLUMNS)
 
 
 def newest_summary(points: pd.DataFrame) -> pd.DataFrame:
@@ -448,14 +448,14 @@ def _series_points(frame: pd.DataFrame, dimension: str) -> pd.DataFrame:
 
 
 def _stage_shifts(
-    rows: pd.DataFrame, points: pd.DataFrame, key: list[str], dimension: str, before, after
+    rows: pd.DataFrame, direction, points: pd.DataFrame, key: list[str], dimension: str, before, after
 ) -> tuple[np.ndarray, np.ndarray]:
-    """For each row (a change, or a newest-vs-previous comparison, with ``direction``) of a
-    stage series: the relative change of its call from position ``before`` to ``after``
-    (:func:`_call_seconds`: the call's latency where a sweep timed it at both positions, else
-    the point's stages together at both; NaN for other series, or where neither is known at
-    both), and whether the row is a shift (module docstring): the call did not change beyond
-    the noise floor in the row's direction."""
+    """For each row (a change, or a newest-vs-previous comparison; ``direction`` per row,
+    "regression" or "improvement") of a stage series: the relative change of its call from
+    position ``before`` to ``after`` (:func:`_call_seconds`: the call's latency where a sweep
+    timed it at both positions, else the point's stages together at both; NaN for other
+    series, or where neither is known at both), and whether the row is a shift (module
+    docstring): the call did not change beyond the noise floor in the row's direction."""
     is_stage = rows["stage"].notna().to_numpy() if "stage" in rows else np.zeros(len(rows), dtype=bool)
     if not is_stage.any():
         return np.full(len(rows), np.nan), is_stage
@@ -473,7 +473,7 @@ def _stage_shifts(
     change = np.where(is_stage, after_s / before_s - 1, np.nan)
     threshold = np.fmax(NOISE_FLOOR[dimension], MIN_ABS_SECONDS[dimension] / before_s)
     worse = _effect(change, True, "regression")
-    effect = np.where(rows["direction"].to_numpy() == "regression", worse, -worse)
+    effect = np.where(np.asarray(direction) == "regression", worse, -worse)
     with np.errstate(invalid="ignore"):
         shift = is_stage & np.isfinite(effect) & ~(effect > threshold)
     return change, shift
