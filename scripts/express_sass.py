@@ -1,12 +1,13 @@
 """Compile a sampler's kernels for sm_90 on a machine without a GPU and summarise their SASS.
 
 Usage (no TRITON_INTERPRET; CPU tensors only give the launch arguments):
-    python scripts/express_sass.py [--sampler express|fast|mrv2|mrv2-pre50939]
+    python scripts/express_sass.py [--sampler express|fast|mrv2|mrv2-pre50939|mrv2-vllm]
         [--mode standard|block] [--draft logits|one-hot] [--reqs R]
         [--config NAME] [--set FIELD=VALUE ...] [--dump DIR]
 
-Each launch of one call of the sampler (express by default; ``--config`` and ``--set`` choose
-express's or fast's launch configuration) is captured instead of run,
+Each launch of one call of the sampler (one of our subjects with a per-kernel pipeline, from
+``specsample.subjects``: express by default; ``--config`` and ``--set`` choose express's or
+fast's launch configuration) is captured instead of run,
 compiled with ``triton.compile`` for a CUDA 9.0 target (ptxas from Triton's bundle), and
 disassembled with the bundled ``cuobjdump``. Per kernel it prints: registers per thread, SASS instructions, global
 loads (LDG), fp64 instructions (D*), MUFU, warp shuffles, CTA barriers (BAR), and "load rounds": the number of
@@ -32,12 +33,16 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
-from specsample.kernels import express, fast, mrv2, pre50939
+from specsample import subjects
+from specsample.devtools.tune import SAMPLERS
+from specsample.kernels import express, fast, mrv2
+from specsample.schema import OUR_SUBJECTS
 from specsample.workloads import Workload, make_inputs
 
-# The samplers' kernels live in these modules (fast and the pre-#50939 replica launch mrv2's too).
+# Our subjects whose call is a pipeline of our kernels, and the modules those kernels live in
+# (fast and the mrv2 variants launch mrv2's too).
+PIPELINE_SUBJECTS = [name for name in OUR_SUBJECTS if subjects.get(name).pipeline is not None]
 KERNEL_MODULES = (mrv2, fast, express)
-PIPELINES = {"express": express, "fast": fast, "mrv2": mrv2, "mrv2-pre50939": pre50939}
 
 BIN = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
 TARGET = GPUTarget("cuda", 90, 32)
@@ -195,7 +200,7 @@ def timeline(insts):
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--sampler", default="express", choices=list(PIPELINES), help="whose kernels")
+    ap.add_argument("--sampler", default="express", choices=PIPELINE_SUBJECTS, help="whose kernels")
     ap.add_argument("--mode", default="standard")
     ap.add_argument("--draft", default="logits")
     ap.add_argument("--reqs", type=int, default=1)
@@ -205,7 +210,7 @@ def main(argv=None) -> None:
     ap.add_argument(
         "--config",
         default="small",
-        choices=sorted(set(express.NAMED_CONFIGS) | set(fast.NAMED_CONFIGS)),
+        choices=sorted({name for _, configs in SAMPLERS.values() for name in configs}),
         help="express's or fast's launch configuration (mrv2 has none)",
     )
     ap.add_argument(
@@ -235,8 +240,8 @@ def main(argv=None) -> None:
     )
     inputs = make_inputs(w, device="cpu")
     options = {}
-    if args.sampler in ("express", "fast"):
-        configs = PIPELINES[args.sampler].NAMED_CONFIGS
+    if args.sampler in SAMPLERS:
+        configs = SAMPLERS[args.sampler][1]
         if args.config not in configs:
             ap.error(f"--config: {args.sampler} has {', '.join(configs)}")
         config = configs[args.config]
@@ -257,7 +262,7 @@ def main(argv=None) -> None:
     try:
         for (module, n), kernel in saved.items():
             setattr(module, n, _Capture(kernel, launches))
-        PIPELINES[args.sampler].Pipeline(**inputs, **options).run()
+        subjects.get(args.sampler).pipeline(**inputs, **options).run()
     finally:
         for (module, n), kernel in saved.items():
             setattr(module, n, kernel)
