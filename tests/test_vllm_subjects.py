@@ -6,6 +6,7 @@ package index (CI reaches it) and compare it with mrv2 draw for draw under the i
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -15,12 +16,13 @@ from pathlib import Path
 import pytest
 import torch
 from batches import emitted
-from vllm_trees import ROOT, make_checkout, make_wheel, tree_files
+from vllm_trees import CACHE, ROOT, ROWS, make_checkout, make_wheel, tree_files
 
-from specsample import semantics, subjects, worker
+from specsample import semantics, subjects, tiers, worker
 from specsample.schema import parse_subject
 from specsample.subjects.vllm import store
 from specsample.subjects.vllm.closure import closure
+from specsample.subjects.vllm.loader import LeftOut
 from specsample.workloads import Workload, make_inputs
 
 W = Workload(num_reqs=3, num_speculative_steps=3, vocab_size=300, placeholder_density=0.0, seed=3)
@@ -46,6 +48,45 @@ def test_closure_follows_imports_and_leaves_packages_and_the_shim_out():
     found = closure(files.get)
     assert sorted(found.files) == sorted([ROOT, "vllm/v1/worker/gpu/sample/helper.py"])
     assert found.shim_names == {"tl", "triton"} and not found.missing
+
+
+def test_closure_follows_what_the_launcher_reaches_and_leaves_the_rest_as_stand_ins():
+    # 0.34.0's shape: the cache module's top imports a runtime for a method nothing calls and
+    # an annotation; its Triton helper and the host function the launcher calls are followed
+    found = closure(tree_files(cache=True).get)
+    assert sorted(found.files) == sorted([ROOT, "vllm/v1/worker/gpu/sample/helper.py", CACHE, ROWS])
+    assert found.stand_ins == {"vllm.distributed.state": {"get_group"}, "vllm.v1.worker.gpu.batch": {"Batch"}}
+    assert not found.missing
+
+
+def test_closure_follows_a_body_only_when_it_is_reached():
+    files = {
+        ROOT: (
+            "from vllm.a import used\n"
+            "from vllm.b import Base\n"
+            "from vllm.f import Annotation\n"
+            "class Unreached(Base):\n"
+            "    def method(self):\n"
+            "        from vllm.c import lazy\n"
+            "def rejection_sample(x: Annotation = None) -> Annotation:\n"
+            "    from vllm.g import inner\n"
+            "    return used(inner(x))\n"
+            "def other():\n"
+            "    from vllm.d import never\n"
+        ),
+        "vllm/a.py": "from vllm.e import deep\ndef used(x):\n    return deep(x)\n",
+        "vllm/b.py": "class Base:\n    pass\n",
+        "vllm/c.py": "lazy = 1\n",
+        "vllm/d.py": "never = 1\n",
+        "vllm/e.py": "def deep(x):\n    return x\n",
+        "vllm/f.py": "class Annotation:\n    pass\n",
+        "vllm/g.py": "def inner(x):\n    return x\n",
+    }
+    found = closure(files.get)
+    # a base class runs at import; the launcher's body, its import and what it calls are reached;
+    # a method of a class nothing reaches, a function nothing calls and an annotation are not
+    assert sorted(found.files) == sorted([ROOT, "vllm/a.py", "vllm/b.py", "vllm/e.py", "vllm/g.py"])
+    assert found.stand_ins == {"vllm.f": {"Annotation"}} and not found.missing
 
 
 def test_closure_records_a_module_that_is_not_there():
@@ -108,6 +149,48 @@ def test_a_loaded_release_runs_and_matches_its_reference(tmp_path, cache, device
     inputs = make_inputs(W, device=device)
     out = subject.run(W, device, inputs)
     assert semantics.classify(inputs, out, subjects.get("mrv2").run(W, device, inputs)).semantics == "same draws"
+
+
+def test_a_release_with_a_draft_logits_cache_runs_without_loading_the_runtime(tmp_path, cache, device):
+    entry = _fetch(tmp_path, "9.4.1", cache=True)
+    assert CACHE in entry.files and "vllm/distributed/state.py" not in entry.files
+    subject = subjects.get("vllm==9.4.1")  # the runtime modules raise if imported
+    assert subject.provenance["stand_ins"] == {
+        "vllm.distributed.state": ["get_group"],
+        "vllm.v1.worker.gpu.batch": ["Batch"],
+    }
+    for draft in ("logits", "one-hot"):
+        w = Workload(num_reqs=3, num_speculative_steps=3, vocab_size=300, draft=draft, placeholder_density=0.3, seed=5)
+        inputs = make_inputs(w, device=device)
+        out = subject.run(w, device, inputs)  # the tree checks the cache's values and row mapping
+        assert semantics.classify(inputs, out, subjects.get("mrv2").run(w, device, inputs)).semantics == "same draws"
+
+
+def test_a_left_out_name_that_is_used_names_itself(tmp_path, cache, device):
+    _fetch(tmp_path, "9.4.2", cache=True, misbehave="left-out")
+    with pytest.raises(LeftOut, match=r"vllm==9\.4\.2: vllm\.distributed\.state\.get_group was left out"):
+        subjects.get("vllm==9.4.2").run(W, device)
+
+
+def test_an_entry_from_an_older_closure_rule_is_walked_again_from_its_own_files(tmp_path, cache, device):
+    # rule 1 followed every import: the entry holds the runtime too (0.34.0: 1,688 files, 33 MB)
+    entry = _fetch(tmp_path, "9.4.3", cache=True)
+    manifest_path = cache / "vllm" / "releases" / "9.4.3" / "manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    files = tree_files(cache=True)
+    for extra in ("vllm/distributed/state.py", "vllm/v1/worker/gpu/batch.py"):
+        (entry.root / extra).parent.mkdir(parents=True, exist_ok=True)
+        (entry.root / extra).write_text(files[extra])
+        manifest["files"][extra] = hashlib.sha256(files[extra].encode()).hexdigest()
+    for key in ("closure_rule", "stand_ins"):
+        del manifest[key]
+    manifest_path.write_text(json.dumps(manifest))
+    subject = subjects.get("vllm==9.4.3")
+    rewritten = json.loads(manifest_path.read_text())
+    assert rewritten["closure_rule"] == 2 and rewritten["rewalked_from_rule"] == 1
+    assert set(rewritten["files"]) == set(entry.files) and not (entry.root / "vllm/distributed/state.py").exists()
+    assert rewritten["wheel"] == "vllm-9.4.3-py3-none-any.whl"
+    subject.run(W, device)
 
 
 def test_two_releases_live_in_one_process(tmp_path, cache, device):
@@ -285,12 +368,13 @@ def test_a_subject_that_hangs_is_recorded_as_hung(tmp_path, cache):
 # ---- a real release from the package index ---------------------------------------------------
 
 REAL = "0.28.0"  # the first release with PR #50939; mrv2 reproduces its draws
+NEWEST = tiers.MRV2_RELEASES[-1]  # the nightly tier's vLLM subject
 
 
 @pytest.fixture(scope="session")
 def real_release(tmp_path_factory):
-    """vllm==0.28.0 fetched once per test session (pip download; about 330 MB, seconds on a good
-    link); skipped only when the package index cannot be reached."""
+    """vllm==0.28.0 and the newest release fetched once per test session (pip download; about
+    330 MB each, seconds on a good link); skipped only when the package index cannot be reached."""
     cache = tmp_path_factory.mktemp("vllm-cache")
     env = dict(os.environ, SPECSAMPLE_CACHE=str(cache))
     probe = subprocess.run(
@@ -302,6 +386,7 @@ def real_release(tmp_path_factory):
     os.environ["SPECSAMPLE_CACHE"] = str(cache)
     try:
         store.fetch_release(REAL)
+        store.fetch_release(NEWEST)
         yield cache
     finally:
         if old is None:
@@ -332,6 +417,42 @@ def test_a_real_release_draws_what_mrv2_draws(real_release, monkeypatch, device,
     theirs = subject.run(w, device, inputs)
     assert emitted(*theirs) == emitted(*ours)
     assert semantics.classify(inputs, theirs, ours).semantics == "same draws"
+
+
+@pytest.mark.parametrize("mode", ["greedy", "standard", "block"])
+@pytest.mark.parametrize("draft", ["logits", "one-hot"])
+def test_the_newest_release_loads_from_its_own_small_closure_and_accepts_what_mrv2_accepts(
+    real_release, monkeypatch, device, mode, draft
+):
+    """The newest release (0.34.0 takes its draft logits as a cache object, from a module whose top
+    imports most of vLLM) loads from a closure of a few files, and reads the draft logits it is
+    given: greedy draws mrv2's tokens; standard mode accepts what mrv2 accepts (the same uniforms;
+    from 0.31.0 on only the resample noise is another stream, a hash); block mode, whose uniforms
+    are per-step seeds from 0.31.0 on, keeps the placeholder rules."""
+    monkeypatch.setenv("SPECSAMPLE_CACHE", str(real_release))
+    subjects._resolve.cache_clear()
+    subject = subjects.get(f"vllm=={NEWEST}")
+    assert subject.provenance["release"] == NEWEST and len(subject.provenance["files"]) <= 12
+    w = Workload(
+        num_reqs=6,
+        num_speculative_steps=4,
+        vocab_size=500,
+        mode=mode,
+        draft=draft,
+        placeholder_density=0.3,
+        placeholder_pattern="random",
+        seed=7,
+    )
+    inputs = make_inputs(w, device=device)
+    ours = subjects.get("mrv2").run(w, device, inputs)
+    theirs = subject.run(w, device, inputs)
+    verdict = semantics.classify(inputs, theirs, ours).semantics
+    if mode == "greedy":
+        assert verdict == "same draws"
+    elif mode == "standard":
+        assert torch.equal(theirs[1], ours[1])
+        assert [t[:-1] for t in emitted(*theirs)] == [t[:-1] for t in emitted(*ours)]
+    assert verdict != "violates placeholder semantics"
 
 
 def test_an_unknown_release_is_a_clear_error(real_release):

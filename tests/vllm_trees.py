@@ -6,7 +6,9 @@ with the MRV2 signature (or an older or broken one) that computes its result wit
 own PyTorch reference, plus a small Triton kernel in a helper module, so the loader's Triton
 path (source read back by ``triton.jit``, the ``vllm.triton_utils`` shim) is exercised too.
 Knobs make a tree misbehave in the ways a real release can: a module that raises on import, a
-missing module, an older signature, a launcher that kills its process or hangs.
+missing module, an older signature, a launcher that kills its process or hangs. ``cache=True``
+gives it 0.34.0's shape: the draft logits as ``draft_logits_cache``, from a module whose top
+imports reach code that must never load (:data:`CACHE_SOURCE`).
 """
 
 from __future__ import annotations
@@ -34,6 +36,40 @@ def copy(src, dst):
     return dst
 """
 
+CACHE = "vllm/v1/worker/gpu/spec_decode/draft_cache.py"
+ROWS = "vllm/utils/rows.py"
+# Only what rejection_sample reaches may load: the cache's row helper (a Triton function) and the
+# host function it calls. The top of the module also imports a runtime that raises on import, for
+# a method of a class nothing builds and for an annotation.
+CACHE_SOURCE = """
+from vllm.distributed.state import get_group
+from vllm.triton_utils import tl, triton
+from vllm.utils.rows import row_count
+from vllm.v1.worker.gpu.batch import Batch
+
+
+@triton.jit
+def cache_row(req_state_idx):
+    return req_state_idx.to(tl.int64)
+
+
+def check_rows(values, row_mapping):
+    assert row_mapping is None and row_count(values) == values.shape[0]
+
+
+class DraftCache:
+    def __init__(self, num_rows):
+        self.group = get_group()
+
+    def stale(self, batch: Batch) -> Batch | None:
+        return None
+"""
+RUNTIME = {
+    "vllm/distributed/state.py": "raise RuntimeError('the distributed runtime must not load')\n",
+    "vllm/v1/worker/gpu/batch.py": "raise RuntimeError('the input batch must not load')\n",
+    ROWS: "def row_count(values):\n    return int(values.shape[0])\n",
+}
+
 _SIGNATURES = {
     # the MRV2 launcher's arguments after PR #50939, plus a newer one with a default
     "current": "use_fp64=False, use_block_verification=False, watermark_key=None",
@@ -44,7 +80,7 @@ _SIGNATURES = {
 }
 
 
-def launcher_source(signature: str = "current", *, misbehave: str = "", marker: int = 0) -> str:
+def launcher_source(signature: str = "current", *, misbehave: str = "", marker: int = 0, cache: bool = False) -> str:
     """The generated rejection_sampler_utils.py. ``misbehave``: "" (correct), "exit" (the
     process dies when any draft is -1), "hang" (sleeps forever when any draft is -1),
     "raise-on-import", "missing-module" (imports a vllm module the tree lacks), "bad-shim" (takes
@@ -57,6 +93,8 @@ def launcher_source(signature: str = "current", *, misbehave: str = "", marker: 
         "from vllm.triton_utils import tl, triton",
         "from vllm.v1.worker.gpu.sample.helper import copy",
     ]
+    if cache:
+        imports.append("from vllm.v1.worker.gpu.spec_decode.draft_cache import DraftCache, check_rows")
     if misbehave == "missing-module":
         imports.append("from vllm.v1.worker.gpu.sample.not_there import nothing")
     if misbehave == "bad-shim":
@@ -67,10 +105,19 @@ if {misbehave == "raise-on-import"!r}:
     raise RuntimeError("this release cannot be imported")
 
 
-def rejection_sample(target_logits, draft_logits, draft_sampled, cu_num_logits, pos, idx_mapping,
+def rejection_sample(target_logits, {"draft_logits_cache: DraftCache | None" if cache else "draft_logits"},
+                     draft_sampled, cu_num_logits, pos, idx_mapping,
                      expanded_idx_mapping, expanded_local_pos, temperature, seed, num_speculative_steps,
                      synthetic_conditional_rates=None, {_SIGNATURES[signature]}):
     from specsample.reference import rejection_sample as reference
+
+    if {cache!r}:
+        draft_logits = None
+        if draft_logits_cache is not None:
+            check_rows(draft_logits_cache.values, draft_logits_cache.row_mapping)
+            draft_logits = draft_logits_cache.values
+        if {misbehave == "left-out"!r}:
+            globals()["DraftCache"](4)  # reaches the left-out runtime in a way no import shows
 
     if bool((draft_sampled < 0).any()):
         if {misbehave == "exit"!r}:
@@ -88,15 +135,18 @@ def rejection_sample(target_logits, draft_logits, draft_sampled, cu_num_logits, 
     return "\n".join(imports) + "\n" + textwrap.dedent(body)
 
 
-def tree_files(signature: str = "current", *, misbehave: str = "", marker: int = 0) -> dict[str, str]:
+def tree_files(
+    signature: str = "current", *, misbehave: str = "", marker: int = 0, cache: bool = False
+) -> dict[str, str]:
     """The tree as {path: text}; its package __init__ files raise, so loading must not run them."""
     return {
+        **({CACHE: CACHE_SOURCE, **RUNTIME} if cache else {}),
         "vllm/__init__.py": "raise RuntimeError('vllm/__init__.py must not run: it imports all of vLLM')\n",
         "vllm/v1/__init__.py": "raise RuntimeError('package __init__ ran')\n",
         "vllm/triton_utils/__init__.py": "raise RuntimeError('the real vllm.triton_utils must not load')\n",
         "vllm/unrelated/big.py": "raise RuntimeError('not in the closure')\n",
         HELPER: _HELPER_SOURCE,
-        ROOT: launcher_source(signature, misbehave=misbehave, marker=marker),
+        ROOT: launcher_source(signature, misbehave=misbehave, marker=marker, cache=cache),
     }
 
 

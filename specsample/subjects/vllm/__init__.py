@@ -6,9 +6,10 @@
   ``--vllm-repo`` sets it), read with ``git show``, no build;
 - ``vllm``: the vLLM installed here.
 
-Each is its module closure (:mod:`.closure`), imported in a namespace of its own
-(:mod:`.loader`) with specsample's ``vllm.triton_utils`` (:mod:`.shim`), and called through an
-adapter built from its ``rejection_sample`` signature (:mod:`.adapter`). No vLLM source is in
+Each is its module closure (:mod:`.closure`: what ``rejection_sample`` can reach, the rest of
+vLLM left out), imported in a namespace of its own (:mod:`.loader`) with specsample's
+``vllm.triton_utils`` (:mod:`.shim`), and called through an adapter built from its
+``rejection_sample`` signature (:mod:`.adapter`). No vLLM source is in
 this repository: it is read at run time from the package index, a checkout or an install.
 """
 
@@ -50,7 +51,7 @@ def subject(name: SubjectName) -> Subject:
     """Load a vLLM subject (see the module docstring); ``SubjectError`` with the reason if not."""
     found = entry(name)
     shim.check_names(set(found.manifest.get("shim_names", ())), name.text)
-    namespace = Namespace(found.root, found.files, name.text)
+    namespace = Namespace(found.root, found.files, name.text, found.stand_ins)
     module = namespace.import_module(ROOT_MODULE)
     launcher = getattr(module, "rejection_sample", None)
     if not callable(launcher):

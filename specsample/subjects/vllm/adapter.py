@@ -8,7 +8,13 @@ launcher as it stands after PR #50939. Versions differ:
 - later versions add arguments with defaults (watermarking, FLy): they are left at their
   defaults, i.e. off;
 - an argument without a default that specsample does not know cannot be filled: the version
-  cannot be adapted, a :class:`~specsample.subjects.SubjectError` that names the argument.
+  cannot be adapted, a :class:`~specsample.subjects.SubjectError` that names the argument;
+- the draft logits come as ``draft_logits``, a tensor ``[max_num_reqs, K, V]`` with one row per
+  request state, or (0.34.0 on) as ``draft_logits_cache``, an object whose ``values`` is that
+  tensor and whose ``row_mapping`` maps request states to rows for a cache sharded over
+  tensor-parallel ranks, ``None`` when it is replicated (rows are request states). One GPU
+  means a replicated cache: :class:`DraftLogitsCache` holds the same tensor, so both layouts
+  read the same bytes.
 
 The adapter does not know which temperature convention a version's draft logits follow (before
 or after PR #50910 they were expected after or before dividing by T), so draft logits run at
@@ -22,10 +28,9 @@ from dataclasses import dataclass
 
 from ..base import Capabilities, SubjectError
 
-# The arguments of every MRV2 launcher, which every version must take.
+# The arguments of every MRV2 launcher, which every version must take, and one of DRAFT_LOGITS.
 REQUIRED = (
     "target_logits",
-    "draft_logits",
     "draft_sampled",
     "cu_num_logits",
     "pos",
@@ -36,12 +41,22 @@ REQUIRED = (
     "seed",
     "num_speculative_steps",
 )
+DRAFT_LOGITS = ("draft_logits", "draft_logits_cache")
 # Arguments specsample can pass where a version takes them, and the mode each one enables.
 OPTIONAL = {
     "synthetic_conditional_rates": "synthetic",
     "use_block_verification": "block",
     "use_fp64": None,
 }
+
+
+@dataclass(frozen=True)
+class DraftLogitsCache:
+    """What 0.34.0's ``draft_logits_cache`` reads: ``values`` [max_num_reqs, K, V], rows by
+    request state (a cache replicated on every rank, ``row_mapping`` None)."""
+
+    values: object  # torch.Tensor
+    row_mapping: None = None
 
 
 @dataclass(frozen=True)
@@ -55,6 +70,9 @@ class Adapter:
     def arguments(self, inputs: dict) -> dict:
         """The keyword arguments for this version, from specsample's ``inputs``."""
         args = {k: v for k, v in inputs.items() if k in self.takes}
+        if "draft_logits_cache" in self.takes:
+            draft = inputs["draft_logits"]
+            args["draft_logits_cache"] = None if draft is None else DraftLogitsCache(draft)
         for name in OPTIONAL:
             if name not in self.takes and inputs.get(name) not in (None, False):
                 raise ValueError(f"this version takes no {name}, but the inputs set it")
@@ -70,12 +88,14 @@ def adapt(fn, label: str) -> Adapter:
     if any(p.kind is p.VAR_POSITIONAL for p in params.values()):
         raise SubjectError(f"{label}: rejection_sample takes *args; its arguments cannot be matched by name")
     missing = [n for n in REQUIRED if n not in params]
+    if not any(n in params for n in DRAFT_LOGITS):
+        missing.insert(0, " or ".join(DRAFT_LOGITS))
     if missing:
         raise SubjectError(
             f"{label}: rejection_sample takes no {', '.join(missing)}: its signature cannot "
             f"be adapted (it takes {', '.join(params)})"
         )
-    known = set(REQUIRED) | set(OPTIONAL)
+    known = {*REQUIRED, *DRAFT_LOGITS, *OPTIONAL}
     unfillable = [
         n for n, p in params.items() if n not in known and p.default is p.empty and p.kind not in (p.VAR_KEYWORD,)
     ]

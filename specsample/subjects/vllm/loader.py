@@ -8,6 +8,9 @@ installed vLLM's) are swapped out, a finder first on ``sys.meta_path`` maps
 - a closure module to its file (real files on disk, so Triton can read each kernel's source),
 - ``vllm.triton_utils`` to specsample's shim (:mod:`.shim`),
 - a package on the way (``vllm``, ``vllm.v1``, ...) to an empty stand-in,
+- a module the closure leaves out (:mod:`.closure`: imported at the top of a loaded module, but
+  nothing that can run uses it) to a stand-in whose names can be imported and named (in an
+  annotation, say) but raise :class:`LeftOut`, naming themselves, if anything uses them,
 - any other ``vllm.*`` module to a ``ModuleNotFoundError`` naming the module and the subject,
 
 and afterwards the namespace keeps its modules (their functions keep their own globals, so later
@@ -42,6 +45,48 @@ class _StubLoader(importlib.abc.Loader):
         module.__path__ = []
 
 
+class LeftOut(SubjectError, AttributeError):
+    """A name of a module the closure left out was used: the walk missed a use (a bug to report
+    with the subject's name), or vLLM reached it in a way no import shows."""
+
+
+class _LeftOutName(type):
+    """The type of what stands in for a left-out name: a class, so that it can be imported,
+    annotated with (``Name | None``, ``Name[int]``) and tested with ``isinstance``; calling it
+    or reading an attribute raises :class:`LeftOut`."""
+
+    def __call__(cls, *args, **kwargs):
+        raise LeftOut(cls._left_out_message)
+
+    def __getattr__(cls, attr):
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+        raise LeftOut(f"{cls._left_out_message} (.{attr} was read)")
+
+    def __getitem__(cls, item):
+        return cls
+
+
+class _StandInLoader(importlib.abc.Loader):
+    """A left-out module: its imported names as :class:`_LeftOutName` stand-ins."""
+
+    def __init__(self, names: list[str], label: str) -> None:
+        self.names, self.label = names, label
+
+    def create_module(self, spec):
+        return None
+
+    def exec_module(self, module):
+        module.__path__ = []  # a loaded module may sit below it
+        for name in self.names:
+            message = (
+                f"{self.label}: {module.__name__}.{name} was left out of the extracted closure, "
+                f"since nothing rejection_sample reaches uses it, but something used it"
+            )
+            stand_in = _LeftOutName(name, (), {"__module__": module.__name__, "_left_out_message": message})
+            setattr(module, name, stand_in)
+
+
 class _ShimLoader(importlib.abc.Loader):
     def create_module(self, spec):
         return shim.module()
@@ -66,6 +111,9 @@ class _ClosureFinder(importlib.abc.MetaPathFinder):
             return importlib.util.spec_from_file_location(
                 fullname, file, submodule_search_locations=[] if is_package else None
             )
+        if fullname in ns.stand_ins:
+            loader = _StandInLoader(ns.stand_ins[fullname], ns.label)
+            return importlib.machinery.ModuleSpec(fullname, loader, is_package=True)
         if fullname in ns.packages:
             return importlib.machinery.ModuleSpec(fullname, _StubLoader(), is_package=True)
         if fullname.startswith(shim.NAME + "."):
@@ -76,16 +124,17 @@ class _ClosureFinder(importlib.abc.MetaPathFinder):
 
 
 class Namespace:
-    """One subject's vLLM modules: the closure files under ``root`` (paths relative to it)."""
+    """One subject's vLLM modules: the closure files under ``root`` (paths relative to it), and
+    the modules it leaves out with the names imported from them (``stand_ins``)."""
 
-    def __init__(self, root: Path, files: list[str], label: str) -> None:
+    def __init__(self, root: Path, files: list[str], label: str, stand_ins: dict[str, list[str]] | None = None) -> None:
         self.root = Path(root)
         self.label = label
         self.modules_to_files = {module_name(f): f for f in files}
+        self.stand_ins = dict(stand_ins or {})
         # every package that some closure module sits in, without an __init__ of its own here
-        self.packages = {
-            ".".join(m.split(".")[:i]) for m in self.modules_to_files for i in range(1, m.count(".") + 1)
-        } - set(self.modules_to_files)
+        served = set(self.modules_to_files) | set(self.stand_ins)
+        self.packages = {".".join(m.split(".")[:i]) for m in served for i in range(1, m.count(".") + 1)} - served
         self.modules: dict[str, ModuleType] = {}
 
     def active(self):

@@ -29,7 +29,7 @@ from filelock import FileLock
 
 from ..base import SubjectError
 from ..cache import cache_root
-from .closure import ROOT, closure
+from .closure import ROOT, RULE, closure
 
 MANIFEST = "manifest.json"
 FIRST_MRV2_RELEASE = "0.22.0"
@@ -50,8 +50,13 @@ class Entry:
     def files(self) -> list[str]:
         return sorted(self.manifest["files"])
 
+    @property
+    def stand_ins(self) -> dict[str, list[str]]:
+        """The modules the closure leaves out, with the names imported from them (loader)."""
+        return self.manifest.get("stand_ins", {})
+
     def provenance(self) -> dict:
-        keep = ("kind", "release", "ref", "commit", "wheel", "wheel_sha256", "files")
+        keep = ("kind", "release", "ref", "commit", "wheel", "wheel_sha256", "files", "stand_ins")
         return {k: self.manifest[k] for k in keep if k in self.manifest}
 
 
@@ -70,6 +75,17 @@ def commits_dir() -> Path:
 # ---- writing an entry ----------------------------------------------------------------------
 
 
+def _found(found) -> dict:
+    """A walked closure's part of a manifest."""
+    return {
+        "closure_rule": RULE,
+        "files": {p: _sha256(t.encode("utf-8")) for p, t in sorted(found.files.items())},
+        "stand_ins": {m: sorted(names) for m, names in sorted(found.stand_ins.items())},
+        "shim_names": sorted(found.shim_names),
+        "missing": sorted(found.missing),
+    }
+
+
 def _write_entry(dest: Path, label: str, read, manifest: dict) -> Entry:
     """Extract the closure that ``read`` serves into ``dest`` (atomically) with its manifest."""
     if read(ROOT) is None:
@@ -86,9 +102,7 @@ def _write_entry(dest: Path, label: str, read, manifest: dict) -> Entry:
         manifest = dict(
             manifest,
             root=ROOT,
-            files={p: _sha256(t.encode("utf-8")) for p, t in sorted(found.files.items())},
-            shim_names=sorted(found.shim_names),
-            missing=sorted(found.missing),
+            **_found(found),
             extracted_at=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         )
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
@@ -196,7 +210,24 @@ def load_entry(dest: Path, label: str) -> Entry:
             raise SubjectError(f"{label}: corrupt cache entry: {rel} is missing under {dest}; fetch it again") from None
         if actual != digest:
             raise SubjectError(f"{label}: corrupt cache entry: {rel} does not match its manifest hash; fetch it again")
+    if manifest.get("closure_rule") != RULE:
+        return _rewalk(dest, label, manifest)
     return Entry(label, dest / "files", manifest)
+
+
+def _rewalk(dest: Path, label: str, manifest: dict) -> Entry:
+    """An entry extracted under an older closure rule, walked again from its own (verified)
+    files and rewritten: an older rule followed every import, so its files hold the new walk's.
+    (vllm==0.34.0 under rule 1 was 1,688 files and 33 MB, most of vLLM; under rule 2, 7 files.)"""
+    files = dest / "files"
+
+    def read(path: str) -> str | None:
+        file = files / path
+        return file.read_text(encoding="utf-8") if file.is_file() else None
+
+    keep = {k: v for k, v in manifest.items() if k not in ("files", "stand_ins", "shim_names", "missing")}
+    with FileLock(str(dest) + ".lock"):
+        return _write_entry(dest, label, read, dict(keep, rewalked_from_rule=manifest.get("closure_rule", 1)))
 
 
 def release(version: str) -> Entry:
@@ -288,8 +319,6 @@ def installed() -> Entry:
         "kind": "vllm-installed",
         "release": version,
         "location": str(site),
-        "files": {p: _sha256(t.encode("utf-8")) for p, t in sorted(found.files.items())},
-        "shim_names": sorted(found.shim_names),
-        "missing": sorted(found.missing),
+        **_found(found),
     }
     return Entry("vllm", site, manifest)
