@@ -132,6 +132,8 @@ def _units(sweep: Sweep, drop: tuple[str, ...]) -> list[worker.Unit]:
     """One worker unit per point of ``sweep`` less the ``drop`` axes, its subjects interleaved."""
     groups: dict[tuple, list[str]] = {}
     for point in sweep.points():
+        if point["subject"] in sweep.retired:
+            continue  # on the axis for its history; asv skips the point
         key = tuple((k, v) for k, v in point.items() if k not in drop)
         if point["subject"] not in groups.setdefault(key, []):
             groups[key].append(point["subject"])

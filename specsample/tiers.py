@@ -11,7 +11,8 @@ Tiers:
 * ``quick``    about 60 points around the base point, for sign-off of a kernel change.
 * ``nightly``  one-axis sweeps around the base point (R=128, K=4, V=151936, phi=0.5, trailing
   placeholders), full placeholder-density sweeps per mode and draft kind, the peers, the
-  per-kernel breakdown, and :data:`NIGHTLY_VLLM` beside our subjects; :data:`FIDELITY` (the
+  per-kernel breakdown, and :data:`NIGHTLY_VLLM` beside our subjects (the releases that were
+  the newest before it stay on the Vllm sweep's axis, retired); :data:`FIDELITY` (the
   release mrv2 replicates, and ``mrv2-vllm``) in every sampler sweep but the peers.
 * ``releases`` every MRV2 release of vLLM (:data:`MRV2_RELEASES`) beside our subjects and
   ``mrv2-vllm``: density x mode x draft kind at the base point (trailing placeholders), and
@@ -47,6 +48,7 @@ MRV2_RELEASES = (
     "0.31.0",
     "0.32.0",
     "0.33.0",
+    "0.34.0",
 )
 NEWEST_RELEASE = f"vllm=={MRV2_RELEASES[-1]}"
 
@@ -79,6 +81,7 @@ class Sweep:
     latency: bool = True  # also an asv-statistics time_ class (replays the sweep's measurement)
     timeout: int = 900  # seconds asv allows the first point, which measures the whole sweep
     max_crashes: int = 2  # crashes of a subject in one mode and draft kind before its other points there are not run
+    retired: tuple[str, ...] = ()  # subjects on the axis for their history only: not measured
 
     @property
     def class_name(self) -> str:
@@ -100,7 +103,8 @@ class Sweep:
 
     @property
     def subjects(self) -> tuple[str, ...]:
-        return tuple(dict(self.axes)["subject"])
+        """The subjects measured: the subject axis less :attr:`retired`."""
+        return tuple(s for s in dict(self.axes)["subject"] if s not in self.retired)
 
     def points(self) -> list[dict]:
         """Every combination as a canonical point, in asv's ``itertools.product`` order."""
@@ -119,13 +123,27 @@ def _sweep(
     latency: bool = True,
     timeout: int = 900,
     max_crashes: int = 2,
+    retired: tuple[str, ...] = (),
     **overrides: tuple,
 ) -> Sweep:
     axes = dict(BASE, **overrides)
     if kind == "stages":
         axes[STAGE_AXIS] = STAGES
-    return Sweep(tier, name, tuple(axes.items()), kind, latency and kind == "sampler", timeout, max_crashes)
+    return Sweep(tier, name, tuple(axes.items()), kind, latency and kind == "sampler", timeout, max_crashes, retired)
 
+
+# The nightly Vllm sweep's subject axis is append-only (asv keeps a point's history only while its
+# value stays on the axis): the newest release when the sweep began and vllm@main, the fidelity
+# pair, then each release since. Every release on it but the newest and the replicated one is
+# retired: kept on the axis for its history, not measured (the releases tier measures it).
+_NIGHTLY_SINCE = "0.33.0"
+_VLLM_AXIS = (
+    f"vllm=={_NIGHTLY_SINCE}",
+    "vllm@main",
+    *FIDELITY,
+    *(f"vllm=={r}" for r in MRV2_RELEASES[MRV2_RELEASES.index(_NIGHTLY_SINCE) + 1 :]),
+)
+_VLLM_RETIRED = tuple(s for s in _VLLM_AXIS if s.startswith("vllm==") and s not in (NEWEST_RELEASE, REPLICATED_RELEASE))
 
 _PEERS = ("mrv2", "mrv2-pre50939", "fast", "torch-eager", "flashinfer", "flashinfer-kernel", "express")
 _DENSITIES = (0.0, 0.25, 0.5, 0.75, 1.0)
@@ -173,7 +191,13 @@ SWEEPS: tuple[Sweep, ...] = (
         vocab_size=(32000, 151936),
     ),
     _sweep("nightly", "Stages", kind="stages", placeholder_density=(0.0, 0.5, 1.0), draft=("logits", "one-hot")),
-    _sweep("nightly", "Vllm", subject=(*OURS, *NIGHTLY_VLLM, *FIDELITY), placeholder_density=_DENSITIES),
+    _sweep(
+        "nightly",
+        "Vllm",
+        retired=_VLLM_RETIRED,
+        subject=(*OURS, *_VLLM_AXIS),
+        placeholder_density=_DENSITIES,
+    ),
     # ---- releases: every MRV2 release beside ours, measured in one run
     # Releases fault where request 0's first draft is -1 (0.22-0.24: standard; 0.25-0.27.1: block):
     # one crash per mode, draft kind and sweep is recorded and the rest there is not run, since

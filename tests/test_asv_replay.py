@@ -334,3 +334,21 @@ def test_a_runs_outcomes_merge_over_the_commits_earlier_ones(tmp_path):
     merged = json.loads(_merge_outcomes(scratch, previous, tmp_path / "merged.outcomes").read_text())
     assert {(r["sweep"], r["status"]) for r in merged["points"]} == {("Batch", "ok"), ("Vocab", "ok")}
     assert {r["sweep"]: r["copy_bandwidth_gbps"] for r in merged["sweeps"]} == {"Batch": 4200.0, "Vocab": 4150.0}
+
+
+def test_a_retired_subject_stays_on_the_axis_and_is_not_measured():
+    """The nightly Vllm sweep's axis is append-only: when a release ships, the one that was the
+    newest keeps its value (asv's history of its points) but is no longer measured."""
+    from specsample import tiers
+
+    vllm = next(s for s in sweeps("nightly") if s.name == "Vllm")
+    axis = dict(vllm.axes)["subject"]
+    assert tiers.NEWEST_RELEASE in vllm.subjects and tiers.REPLICATED_RELEASE in vllm.subjects
+    assert "vllm==0.33.0" in axis and (tiers.NEWEST_RELEASE == "vllm==0.33.0") != ("vllm==0.33.0" in vllm.retired)
+    assert set(vllm.retired) == {s for s in axis if s.startswith("vllm==")} - {
+        tiers.NEWEST_RELEASE,
+        tiers.REPLICATED_RELEASE,
+    }
+    units = common._units(vllm, ("subject",))
+    measured = {s for u in units for s in u.subjects}
+    assert measured == set(vllm.subjects) and not measured & set(vllm.retired)

@@ -8,7 +8,7 @@ import json
 import pandas as pd
 import pytest
 
-from specsample import cli
+from specsample import cli, tiers
 from specsample.devtools import goals
 
 COMMIT = "c1b5b1ca" + "0" * 32
@@ -170,6 +170,27 @@ def test_speedup_against_another_subject_pairs_the_points_both_ran():
     assert f"3 points: geomean {geomean:.3f}x (goal >= 1.5), slowest 0.750x (goal >= 1): not met (1 of 2)" in text
     assert "   Shape        geomean 1.225x" in text and "   Density      geomean 3.000x" in text
     assert "slow: sweep=Shape mode=standard draft=logits R=1 " in text
+
+
+def test_newest_release_is_the_newest_in_the_results_and_an_older_one_is_said():
+    """``"newest-release"``: the newest vllm==X.Y.Z in the results, named in the title; when the
+    results predate the newest MRV2 release specsample knows, the report says so first."""
+    rows = []
+    for subject, value in (("express", 50.0), ("vllm==0.9.0", 200.0), ("vllm==0.10.0", 100.0), ("mrv2", 1.0)):
+        row = dict(BASE, mode="standard", placeholder_density=0.0)
+        row.update(metric="track_latency_us", sweep="Vllm", subject=subject, value=value)
+        rows.append(row)
+    frame = pd.DataFrame(rows).assign(status="ok")
+    spec = json.loads((goals.default_goals_path().parent / "goals_express.json").read_text())
+    spec["goals"] = [g for g in spec["goals"] if g["name"] == "1"]
+    text = goals.report(frame, spec)
+    assert "1. speedup over vllm==0.10.0 (the newest release), every point both ran, 1 points: geomean 2.000x" in text
+    assert text.startswith(
+        f"newest-release: vllm==0.10.0 is the newest release in these results; the newest MRV2 release is "
+        f"{tiers.NEWEST_RELEASE}, not measured here"
+    )
+    current = frame.assign(subject=frame["subject"].replace("vllm==0.10.0", tiers.NEWEST_RELEASE))
+    assert not goals.report(current, spec).startswith("newest-release")
 
 
 def test_speedup_against_the_fastest_release_takes_each_points_fastest():

@@ -21,7 +21,7 @@ value, or ``{"at_least": x}``, ``{"at_most": x}``, ``{"in": [...]}``), to which
     with ``"against": OTHER``, OTHER's value over the subject's of a latency metric at every
     point both were measured at (e.g. the newest vLLM release over ours; ``"fastest-release"``:
     at each point, the fastest ``vllm==X.Y.Z`` subject measured there, so that "never slower
-    than any release" is one goal): geometric mean (goal
+    than any release" is one goal; ``"newest-release"``, see below): geometric mean (goal
     ``geomean``), slowest point (goal ``slowest``), the geometric mean per ``by`` column value
     and the ``slowest`` N points, described by the ``describe`` columns.
 ``subject_ratio``
@@ -29,6 +29,11 @@ value, or ``{"at_least": x}``, ``{"at_most": x}``, ``{"in": [...]}``), to which
     ``ratio`` it names, in the groups whose rows match the goal's own ``where``.
 ``manual``
     Not computed from results: its ``note`` is printed.
+
+``"newest-release"``, as ``against`` or in ``subjects``, is the newest ``vllm==X.Y.Z`` subject in
+the results (``{newest}`` in a title names it), so that a goals file follows vLLM's releases.
+When it is older than the newest release of :data:`specsample.tiers.MRV2_RELEASES`, the report
+says so first: those results predate the release, and the goal was not measured against it.
 
 A goal's ``goal`` gives its threshold as ``at_least`` or ``at_most`` and an optional ``note``.
 Each goal's line ends in ``met``, ``not met (k of n)`` -- k groups of n meet it -- or
@@ -45,7 +50,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..schema import SYMBOLS, release_version
+from ..schema import SYMBOLS, release_key, release_version
+from ..tiers import NEWEST_RELEASE
 
 KINDS = ("point_ratio", "value", "speedup", "subject_ratio", "manual")
 # The fields each kind needs besides name, title and kind.
@@ -60,6 +66,8 @@ _REQUIRED = {
 
 # ``"against"`` value of a speedup goal: at each point, the fastest vLLM release measured there.
 FASTEST_RELEASE = "fastest-release"
+# ``"against"`` value or ``subjects`` entry: the newest vLLM release in the results.
+NEWEST_MEASURED = "newest-release"
 
 
 class GoalsError(ValueError):
@@ -142,10 +150,34 @@ def report(df: pd.DataFrame, spec: dict) -> str:
     (one commit, machine and tier; rows whose status is not ``ok`` are left out)."""
     if "status" in df.columns:
         df = df[df["status"] == "ok"]
-    lines = []
+    spec, lines = _with_newest_release(df, spec)
     for goal in spec["goals"]:
         lines += _KIND_REPORTS[goal["kind"]](df, goal, spec)
     return "\n".join(lines)
+
+
+def _with_newest_release(df: pd.DataFrame, spec: dict) -> tuple[dict, list[str]]:
+    """``spec`` with ``"newest-release"`` resolved in the results of ``df``, and the report's
+    opening line when that is not the newest release specsample knows."""
+    versions = sorted({v for v in df["subject"].map(release_version).dropna()}, key=release_key) if len(df) else []
+    newest = f"vllm=={versions[-1]}" if versions else NEWEST_MEASURED
+    uses = any(g.get("against") == NEWEST_MEASURED or NEWEST_MEASURED in g.get("subjects", ()) for g in spec["goals"])
+    lines = []
+    if uses and newest != NEWEST_RELEASE:
+        found = (
+            f"{newest} is the newest release in these results" if versions else "no vLLM release is in these results"
+        )
+        lines.append(f"newest-release: {found}; the newest MRV2 release is {NEWEST_RELEASE}, not measured here")
+
+    def resolve(goal: dict) -> dict:
+        goal = dict(goal, title=goal["title"].replace("{newest}", newest))
+        if goal.get("against") == NEWEST_MEASURED:
+            goal["against"] = newest
+        if "subjects" in goal:
+            goal["subjects"] = [newest if s == NEWEST_MEASURED else s for s in goal["subjects"]]
+        return goal
+
+    return dict(spec, goals=[resolve(g) for g in spec["goals"]]), lines
 
 
 def _rows(df: pd.DataFrame, goal: dict, spec: dict) -> pd.DataFrame:
