@@ -655,6 +655,38 @@ def cmd_vllm_list(args: argparse.Namespace) -> int:
     for version in store.cached_releases():
         entry = store.release(version)
         print(f"vllm=={version}: {len(entry.files)} files from {entry.manifest.get('wheel')}")
+    if not args.index:
+        return 0
+    return _vllm_index(store)
+
+
+def _vllm_index(store) -> int:
+    """``vllm list --index``: the index's releases beside the tiers'; 1 if the index has a newer
+    one than :data:`specsample.tiers.MRV2_RELEASES` (the tiers do not measure it yet)."""
+    from .schema import release_key
+    from .subjects import SubjectError
+    from .tiers import MRV2_RELEASES
+
+    try:
+        released = store.index_releases()
+    except SubjectError as exc:
+        print(f"specsample vllm list: {exc}", file=sys.stderr)
+        return 2
+    cached = set(store.cached_releases())
+    newest = release_key(MRV2_RELEASES[-1])
+    newer = [v for v in released if release_key(v) > newest]
+    print(f"package index: {len(released)} releases from {released[0] if released else '-'} on")
+    for version in released:
+        where = ["tiers" if version in MRV2_RELEASES else "not in the tiers", "cached" if version in cached else ""]
+        print(f"  vllm=={version}: {', '.join(w for w in where if w)}")
+    if newer:
+        print(
+            f"specsample vllm list: the index has {', '.join('vllm==' + v for v in newer)}, newer than the newest "
+            f"release the tiers measure (vllm=={MRV2_RELEASES[-1]}): append it to specsample.tiers.MRV2_RELEASES "
+            f"once its sampler loads (specsample vllm fetch {newer[-1]})",
+            file=sys.stderr,
+        )
+        return 1
     return 0
 
 
@@ -921,7 +953,17 @@ def build_parser() -> argparse.ArgumentParser:
     vf.add_argument("releases", nargs="*", metavar="X.Y.Z", help="releases to fetch")
     vf.add_argument("--from-wheel", metavar="PATH", help="extract from this wheel instead of downloading")
     vf.set_defaults(func=cmd_vllm_fetch)
-    vl = vsub.add_parser("list", help="what the cache holds", formatter_class=_Formatter)
+    vl = vsub.add_parser(
+        "list",
+        help="what the cache holds; --index: and the package index's releases (exit 1 if one is newer than the tiers')",
+        formatter_class=_Formatter,
+    )
+    vl.add_argument(
+        "--index",
+        action="store_true",
+        help="also list the package index's releases from 0.22.0 on; exit 1 if one is newer than "
+        "specsample.tiers.MRV2_RELEASES' newest, 2 if the index cannot be read",
+    )
     vl.set_defaults(func=cmd_vllm_list)
 
     g = sub.add_parser(

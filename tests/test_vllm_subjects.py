@@ -471,3 +471,35 @@ def test_specsample_vllm_fetch_exits_2_on_an_unknown_release(real_release, tmp_p
     )
     assert proc.returncode == 2 and "no such release on the package index" in proc.stderr
     assert not (tmp_path / "c" / "vllm" / "releases" / "0.0.999").exists()
+
+
+# ---- the package index's releases beside the tiers' ---------------------------------------------
+
+
+def test_index_versions_are_parsed_from_pips_output():
+    text = "vllm (9.1.0)\nAvailable versions: 9.1.0, 9.0.1.post1, 9.0.0rc1, 0.8.5\n"
+    assert store.parse_index_versions(text) == ["9.1.0", "9.0.1.post1", "0.8.5"]
+    assert store.parse_index_versions("ERROR: no such package\n") is None
+
+
+def test_vllm_list_index_exits_1_when_the_index_has_a_newer_release_than_the_tiers(cache, monkeypatch, capsys):
+    from specsample import cli
+
+    newest = tiers.MRV2_RELEASES[-1]
+    monkeypatch.setattr(store, "index_releases", lambda: [*tiers.MRV2_RELEASES])
+    assert cli.main(["vllm", "list", "--index"]) == 0
+    assert f"  vllm=={newest}: tiers\n" in capsys.readouterr().out
+    monkeypatch.setattr(store, "index_releases", lambda: [*tiers.MRV2_RELEASES, "99.0.0"])
+    assert cli.main(["vllm", "list", "--index"]) == 1
+    captured = capsys.readouterr()
+    assert "  vllm==99.0.0: not in the tiers\n" in captured.out
+    assert (
+        f"the index has vllm==99.0.0, newer than the newest release the tiers measure (vllm=={newest})" in captured.err
+    )
+
+    def unreachable():
+        raise subjects.SubjectError("the package index cannot be read (pip index versions vllm: offline)")
+
+    monkeypatch.setattr(store, "index_releases", unreachable)
+    assert cli.main(["vllm", "list", "--index"]) == 2 and "cannot be read" in capsys.readouterr().err
+    assert cli.main(["vllm", "list"]) == 0  # the cache alone needs no index

@@ -241,6 +241,34 @@ def release(version: str) -> Entry:
     return load_entry(dest, f"vllm=={version}")
 
 
+def index_releases() -> list[str]:
+    """The vLLM releases on the package index from :data:`FIRST_MRV2_RELEASE` on, oldest first
+    (``pip index versions vllm``); ``SubjectError`` when the index cannot be read."""
+    from ...schema import release_key
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "pip", "index", "versions", "vllm"], capture_output=True, text=True, timeout=300
+    )
+    found = parse_index_versions(proc.stdout)
+    if proc.returncode != 0 or found is None:
+        tail = [line for line in proc.stderr.splitlines() if line.strip() and not line.startswith("WARNING")]
+        raise SubjectError(
+            f"the package index cannot be read (pip index versions vllm: {tail[-1] if tail else proc.returncode})"
+        )
+    first = release_key(FIRST_MRV2_RELEASE)
+    return sorted((v for v in found if release_key(v) >= first), key=release_key)
+
+
+def parse_index_versions(text: str) -> list[str] | None:
+    """The versions of ``pip index versions``' "Available versions: a, b, ..." line (final
+    releases only), or ``None`` without one."""
+    for line in text.splitlines():
+        if line.startswith("Available versions:"):
+            versions = [v.strip() for v in line.partition(":")[2].split(",")]
+            return [v for v in versions if v and all(p.isdigit() for p in v.partition(".post")[0].split("."))]
+    return None
+
+
 def cached_releases() -> list[str]:
     from ...schema import release_key
 
