@@ -395,26 +395,21 @@ def real_release(tmp_path_factory):
             os.environ["SPECSAMPLE_CACHE"] = old
 
 
+def _beside_mrv2(cache, monkeypatch, device, version: str, w: Workload):
+    """A fetched release and mrv2 on the same inputs: (subject, inputs, mrv2's out, the release's)."""
+    monkeypatch.setenv("SPECSAMPLE_CACHE", str(cache))
+    subjects._resolve.cache_clear()
+    subject = subjects.get(f"vllm=={version}")
+    assert parse_subject(subject.name).version == version and subject.provenance["release"] == version
+    inputs = make_inputs(w, device=device)
+    return subject, inputs, subjects.get("mrv2").run(w, device, inputs), subject.run(w, device, inputs)
+
+
 @pytest.mark.parametrize("mode", ["greedy", "standard", "block"])
 @pytest.mark.parametrize("draft", ["logits", "one-hot"])
 def test_a_real_release_draws_what_mrv2_draws(real_release, monkeypatch, device, mode, draft):
-    monkeypatch.setenv("SPECSAMPLE_CACHE", str(real_release))
-    subjects._resolve.cache_clear()
-    subject = subjects.get(f"vllm=={REAL}")
-    assert parse_subject(subject.name).version == REAL and subject.provenance["release"] == REAL
-    w = Workload(
-        num_reqs=4,
-        num_speculative_steps=3,
-        vocab_size=1000,
-        mode=mode,
-        draft=draft,
-        placeholder_density=0.4,
-        placeholder_pattern="random",
-        seed=11,
-    )
-    inputs = make_inputs(w, device=device)
-    ours = subjects.get("mrv2").run(w, device, inputs)
-    theirs = subject.run(w, device, inputs)
+    w = Workload(4, 3, 1000, mode=mode, draft=draft, placeholder_density=0.4, placeholder_pattern="random", seed=11)
+    _, inputs, ours, theirs = _beside_mrv2(real_release, monkeypatch, device, REAL, w)
     assert emitted(*theirs) == emitted(*ours)
     assert semantics.classify(inputs, theirs, ours).semantics == "same draws"
 
@@ -429,23 +424,9 @@ def test_the_newest_release_loads_from_its_own_small_closure_and_accepts_what_mr
     given: greedy draws mrv2's tokens; standard mode accepts what mrv2 accepts (the same uniforms;
     from 0.31.0 on only the resample noise is another stream, a hash); block mode, whose uniforms
     are per-step seeds from 0.31.0 on, keeps the placeholder rules."""
-    monkeypatch.setenv("SPECSAMPLE_CACHE", str(real_release))
-    subjects._resolve.cache_clear()
-    subject = subjects.get(f"vllm=={NEWEST}")
-    assert subject.provenance["release"] == NEWEST and len(subject.provenance["files"]) <= 12
-    w = Workload(
-        num_reqs=6,
-        num_speculative_steps=4,
-        vocab_size=500,
-        mode=mode,
-        draft=draft,
-        placeholder_density=0.3,
-        placeholder_pattern="random",
-        seed=7,
-    )
-    inputs = make_inputs(w, device=device)
-    ours = subjects.get("mrv2").run(w, device, inputs)
-    theirs = subject.run(w, device, inputs)
+    w = Workload(6, 4, 500, mode=mode, draft=draft, placeholder_density=0.3, placeholder_pattern="random", seed=7)
+    subject, inputs, ours, theirs = _beside_mrv2(real_release, monkeypatch, device, NEWEST, w)
+    assert len(subject.provenance["files"]) <= 12
     verdict = semantics.classify(inputs, theirs, ours).semantics
     if mode == "greedy":
         assert verdict == "same draws"
