@@ -423,7 +423,7 @@ def test_the_newest_release_loads_from_its_own_small_closure_and_accepts_what_mr
     imports most of vLLM) loads from a closure of a few files, and reads the draft logits it is
     given: greedy draws mrv2's tokens; standard mode accepts what mrv2 accepts (the same uniforms;
     from 0.31.0 on only the resample noise is another stream, a hash); block mode, whose uniforms
-    are per-step seeds from 0.31.0 on, keeps the placeholder rules."""
+    come from per-step seeds from 0.33.0 on (seed ^ step << 32), keeps the placeholder rules."""
     w = Workload(6, 4, 500, mode=mode, draft=draft, placeholder_density=0.3, placeholder_pattern="random", seed=7)
     subject, inputs, ours, theirs = _beside_mrv2(real_release, monkeypatch, device, NEWEST, w)
     assert len(subject.provenance["files"]) <= 12
