@@ -654,7 +654,8 @@ def cmd_vllm_list(args: argparse.Namespace) -> int:
     print(f"cache: {cache_root()}")
     for version in store.cached_releases():
         entry = store.release(version)
-        print(f"vllm=={version}: {len(entry.files)} files from {entry.manifest.get('wheel')}")
+        left_out = f" ({len(entry.stand_ins)} modules it imports left out)" if entry.stand_ins else ""
+        print(f"vllm=={version}: {len(entry.files)} files from {entry.manifest.get('wheel')}{left_out}")
     if not args.index:
         return 0
     return _vllm_index(store)

@@ -151,9 +151,16 @@ def test_a_loaded_release_runs_and_matches_its_reference(tmp_path, cache, device
     assert semantics.classify(inputs, out, subjects.get("mrv2").run(W, device, inputs)).semantics == "same draws"
 
 
-def test_a_release_with_a_draft_logits_cache_runs_without_loading_the_runtime(tmp_path, cache, device):
+def test_a_release_with_a_draft_logits_cache_runs_without_loading_the_runtime(tmp_path, cache, device, capsys):
+    from specsample import cli
+
     entry = _fetch(tmp_path, "9.4.1", cache=True)
     assert CACHE in entry.files and "vllm/distributed/state.py" not in entry.files
+    assert cli.main(["vllm", "list"]) == 0
+    assert (
+        "vllm==9.4.1: 4 files from vllm-9.4.1-py3-none-any.whl (2 modules it imports left out)"
+        in capsys.readouterr().out
+    )
     subject = subjects.get("vllm==9.4.1")  # the runtime modules raise if imported
     assert subject.provenance["stand_ins"] == {
         "vllm.distributed.state": ["get_group"],
