@@ -1,13 +1,14 @@
 """Compile a sampler's kernels for sm_90 on a machine without a GPU and summarise their SASS.
 
 Usage (no TRITON_INTERPRET; CPU tensors only give the launch arguments):
-    python scripts/express_sass.py [--sampler express|fast|mrv2|mrv2-pre50939|mrv2-vllm]
+    python scripts/express_sass.py [--sampler express|fast|mrv2|mrv2-pre50939|mrv2-vllm|vllm==X.Y.Z]
         [--mode standard|block] [--draft logits|one-hot] [--reqs R]
         [--config NAME] [--set FIELD=VALUE ...] [--dump DIR]
 
 Each launch of one call of the sampler (one of our subjects with a per-kernel pipeline, from
 ``specsample.subjects``: express by default; ``--config`` and ``--set`` choose express's or
-fast's launch configuration) is captured instead of run,
+fast's launch configuration; or a vLLM subject, ``vllm==X.Y.Z`` from the cache or ``vllm@REF``,
+whose launcher's module-level kernels are captured) is captured instead of run,
 compiled with ``triton.compile`` for a CUDA 9.0 target (ptxas from Triton's bundle), and
 disassembled with the bundled ``cuobjdump``. Per kernel it prints: registers per thread, SASS instructions, global
 loads (LDG), fp64 instructions (D*), MUFU, warp shuffles, CTA barriers (BAR), and "load rounds": the number of
@@ -36,7 +37,7 @@ from triton.compiler import ASTSource
 from specsample import subjects
 from specsample.devtools.tune import SAMPLERS
 from specsample.kernels import express, fast, mrv2
-from specsample.schema import OUR_SUBJECTS
+from specsample.schema import OUR_SUBJECTS, parse_subject
 from specsample.workloads import Workload, make_inputs
 
 # Our subjects whose call is a pipeline of our kernels, and the modules those kernels live in
@@ -62,10 +63,41 @@ class _Capture:
         self.kernel, self.launches = kernel, launches
 
     def __getitem__(self, grid):
-        def launch(**kwargs):
-            self.launches.append((self.kernel, grid, kwargs))
+        def launch(*args, **kwargs):  # vLLM's launchers pass the kernel's arguments by position
+            self.launches.append((self.kernel, grid, dict(zip(self.kernel.arg_names, args), **kwargs)))
 
         return launch
+
+
+def _is_vllm(name: str) -> bool:
+    try:
+        return parse_subject(name).kind in ("vllm-release", "vllm-ref", "vllm-installed")
+    except ValueError:
+        return False
+
+
+def _sampler(name: str) -> str:
+    if name in PIPELINE_SUBJECTS or _is_vllm(name):
+        return name
+    raise argparse.ArgumentTypeError(f"one of {', '.join(PIPELINE_SUBJECTS)}, or a vLLM subject (vllm==X.Y.Z)")
+
+
+def _capture_vllm(name: str, inputs: dict, launches: list) -> None:
+    """One call of a vLLM subject's launcher, its module's ``*_kernel`` launches captured."""
+    from specsample import validation
+
+    check, validation.check_inputs = validation.check_inputs, lambda **inputs: None  # CPU tensors, no launch
+    try:
+        prepared = subjects.get(name).prepare_inputs(inputs)
+    finally:
+        validation.check_inputs = check
+    module = prepared.call.fn.func.__globals__
+    kernels = {n: k for n, k in module.items() if n.endswith("_kernel") and isinstance(k, triton.JITFunction)}
+    try:
+        module.update({n: _Capture(k, launches) for n, k in kernels.items()})
+        prepared.call()
+    finally:
+        module.update(kernels)
 
 
 def _compile(kernel, kwargs, specialize: bool = True):
@@ -200,7 +232,12 @@ def timeline(insts):
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--sampler", default="express", choices=PIPELINE_SUBJECTS, help="whose kernels")
+    ap.add_argument(
+        "--sampler",
+        default="express",
+        type=_sampler,
+        help="whose kernels: " + ", ".join(PIPELINE_SUBJECTS) + ", or vllm==X.Y.Z",
+    )
     ap.add_argument("--mode", default="standard")
     ap.add_argument("--draft", default="logits")
     ap.add_argument("--reqs", type=int, default=1)
@@ -253,16 +290,23 @@ def main(argv=None) -> None:
     elif args.set:
         ap.error(f"--set: {args.sampler} has no launch configuration")
     launches = []
-    saved = {
-        (module, n): getattr(module, n)
-        for module in KERNEL_MODULES
-        for n in dir(module)
-        if n.endswith("_kernel") and isinstance(getattr(module, n), triton.JITFunction)
-    }
+    if _is_vllm(args.sampler):
+        if args.set or args.dependent_launch:
+            ap.error(f"--set, --dependent-launch: {args.sampler} has no launch configuration")
+        _capture_vllm(args.sampler, inputs, launches)
+        saved = {}
+    else:
+        saved = {
+            (module, n): getattr(module, n)
+            for module in KERNEL_MODULES
+            for n in dir(module)
+            if n.endswith("_kernel") and isinstance(getattr(module, n), triton.JITFunction)
+        }
     try:
         for (module, n), kernel in saved.items():
             setattr(module, n, _Capture(kernel, launches))
-        subjects.get(args.sampler).pipeline(**inputs, **options).run()
+        if saved:
+            subjects.get(args.sampler).pipeline(**inputs, **options).run()
     finally:
         for (module, n), kernel in saved.items():
             setattr(module, n, kernel)
