@@ -198,6 +198,13 @@ def test_an_entry_from_an_older_closure_rule_is_walked_again_from_its_own_files(
     assert set(rewritten["files"]) == set(entry.files) and not (entry.root / "vllm/distributed/state.py").exists()
     assert rewritten["wheel"] == "vllm-9.4.3-py3-none-any.whl"
     subject.run(W, device)
+    # a later rule's entry holds fewer files than a walk may need: fetched again, never rewalked
+    manifest_path.write_text(json.dumps(dict(rewritten, closure_rule=99)))
+    subjects._resolve.cache_clear()
+    with pytest.raises(
+        subjects.SubjectError, match=r"vllm==9\.4\.3: cache entry .* closure rule 99, not 2; fetch it again"
+    ):
+        subjects.get("vllm==9.4.3")
 
 
 def test_two_releases_live_in_one_process(tmp_path, cache, device):

@@ -41,8 +41,9 @@ ROOT = "vllm/v1/worker/gpu/spec_decode/rejection_sampler_utils.py"
 ROOT_MODULE = "vllm.v1.worker.gpu.spec_decode.rejection_sampler_utils"
 ENTRY = "rejection_sample"
 SHIM_MODULE = "vllm.triton_utils"
-# The closure rule's version, kept in each cache entry's manifest: an entry extracted under an
-# older rule is walked again from its own files when it is loaded (see store.load_entry).
+# The closure rule's version, kept in each cache entry's manifest. An entry of rule 1 (which
+# followed every import) is walked again from its own files when it is loaded; an entry of any
+# other rule is fetched again (store.load_entry).
 RULE = 2
 
 Reader = Callable[[str], "str | None"]

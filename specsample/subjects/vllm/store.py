@@ -75,7 +75,7 @@ def commits_dir() -> Path:
 # ---- writing an entry ----------------------------------------------------------------------
 
 
-def _found(found) -> dict:
+def _closure_manifest(found) -> dict:
     """A walked closure's part of a manifest."""
     return {
         "closure_rule": RULE,
@@ -102,7 +102,7 @@ def _write_entry(dest: Path, label: str, read, manifest: dict) -> Entry:
         manifest = dict(
             manifest,
             root=ROOT,
-            **_found(found),
+            **_closure_manifest(found),
             extracted_at=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         )
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
@@ -210,24 +210,33 @@ def load_entry(dest: Path, label: str) -> Entry:
             raise SubjectError(f"{label}: corrupt cache entry: {rel} is missing under {dest}; fetch it again") from None
         if actual != digest:
             raise SubjectError(f"{label}: corrupt cache entry: {rel} does not match its manifest hash; fetch it again")
-    if manifest.get("closure_rule") != RULE:
-        return _rewalk(dest, label, manifest)
+    rule = manifest.get("closure_rule", 1)
+    if rule == 1:
+        return _rewalk(dest, label)
+    if rule != RULE:
+        raise SubjectError(
+            f"{label}: cache entry {dest} was extracted under closure rule {rule}, not {RULE}; fetch it again"
+        )
     return Entry(label, dest / "files", manifest)
 
 
-def _rewalk(dest: Path, label: str, manifest: dict) -> Entry:
-    """An entry extracted under an older closure rule, walked again from its own (verified)
-    files and rewritten: an older rule followed every import, so its files hold the new walk's.
-    (vllm==0.34.0 under rule 1 was 1,688 files and 33 MB, most of vLLM; under rule 2, 7 files.)"""
+def _rewalk(dest: Path, label: str) -> Entry:
+    """An entry extracted under closure rule 1, walked again from its own (verified) files and
+    rewritten. Rule 1 followed every import, so its files hold every module rule 2 loads or
+    leaves out (vllm==0.34.0 under rule 1 was 1,688 files and 33 MB, most of vLLM; under rule 2,
+    7 files). A later rule's entry holds fewer, and is fetched again instead."""
     files = dest / "files"
 
     def read(path: str) -> str | None:
         file = files / path
         return file.read_text(encoding="utf-8") if file.is_file() else None
 
-    keep = {k: v for k, v in manifest.items() if k not in ("files", "stand_ins", "shim_names", "missing")}
     with FileLock(str(dest) + ".lock"):
-        return _write_entry(dest, label, read, dict(keep, rewalked_from_rule=manifest.get("closure_rule", 1)))
+        manifest = json.loads((dest / MANIFEST).read_text())
+        if manifest.get("closure_rule", 1) != 1:  # another process walked it while this one waited
+            return load_entry(dest, label)
+        keep = {k: v for k, v in manifest.items() if k not in ("files", "stand_ins", "shim_names", "missing")}
+        return _write_entry(dest, label, read, dict(keep, rewalked_from_rule=1))
 
 
 def release(version: str) -> Entry:
@@ -347,6 +356,6 @@ def installed() -> Entry:
         "kind": "vllm-installed",
         "release": version,
         "location": str(site),
-        **_found(found),
+        **_closure_manifest(found),
     }
     return Entry("vllm", site, manifest)
