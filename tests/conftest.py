@@ -28,6 +28,25 @@ if _WORKERS > 1:
 gpu = pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU (runs on the H200 box)")
 
 
+def compile_for_sm90(args: list[str]) -> list[str]:
+    """The kernel names ``scripts/express_sass.py ARGS`` compiles for sm_90 (one call's launches,
+    in order), with Triton's bundled ptxas and no GPU; the test is skipped where ptxas cannot
+    run, and fails on any other error (a compilation error above all)."""
+    import subprocess
+    import sys
+
+    script = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts", "express_sass.py")
+    proc = subprocess.run(
+        [sys.executable, script, *args], env=compiler_env(), capture_output=True, text=True, timeout=300, check=False
+    )
+    if proc.returncode != 0 and "ptxas" in proc.stderr and "CompilationError" not in proc.stderr:
+        pytest.skip(f"cannot compile for sm_90 here: {proc.stderr.strip().splitlines()[-1]}")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    compiled = [line.split()[0] for line in proc.stdout.splitlines() if line.startswith("_")]
+    assert compiled and all(name.endswith("_kernel") for name in compiled), proc.stdout
+    return compiled
+
+
 def compiler_env() -> dict:
     """The environment of a subprocess that compiles kernels for a GPU target on any machine
     (Triton's bundled ptxas, no GPU needed): this repository importable, no TRITON_INTERPRET."""

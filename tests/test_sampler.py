@@ -8,15 +8,12 @@ workload, never zeros. Distribution-level checks of the sampling law live in
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import warnings
-from pathlib import Path
 
 import pytest
 import torch
 from batches import emitted, first_placeholder, split_requests, trial_batch, truncate_at_placeholders
-from conftest import HAS_CUDA, compiler_env, gpu
+from conftest import HAS_CUDA, compile_for_sm90, gpu
 
 from specsample import reference, rejection_sample
 from specsample import rejection_sample_fast
@@ -336,19 +333,6 @@ def test_kernels_compile_for_sm90(sampler, config, mode, draft, kernels):
     every CPU test and would not compile on a GPU (Triton 3.6: "'str' object has no attribute
     'type'"; session 19, in the stream kernel patch). Compiled on the CPU with Triton's bundled
     ptxas (``scripts/express_sass.py --sampler``, no GPU needed)."""
-    script = Path(__file__).resolve().parents[1] / "scripts" / "express_sass.py"
     args = ["--sampler", sampler, "--mode", mode, "--draft", draft, "--reqs", "4"]
     args += ["--target-dtype", "bfloat16", "--draft-dtype", "float16"] + (["--config", config] if config else [])
-    proc = subprocess.run(
-        [sys.executable, str(script), *args],
-        env=compiler_env(),
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    if proc.returncode != 0 and "ptxas" in proc.stderr and "CompilationError" not in proc.stderr:
-        pytest.skip(f"cannot compile for sm_90 here: {proc.stderr.strip().splitlines()[-1]}")
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    compiled = [line.split()[0] for line in proc.stdout.splitlines() if line.startswith("_")]
-    assert len(compiled) == kernels and all(name.endswith("_kernel") for name in compiled), proc.stdout
+    assert len(compile_for_sm90(args)) == kernels
