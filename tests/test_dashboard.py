@@ -511,3 +511,16 @@ def test_replica_fidelity_is_each_point_against_the_replicated_release(df):
 def test_the_releases_page_says_when_the_replicated_release_was_not_measured(site):
     _, _, releases = site
     assert "was not measured beside mrv2 or mrv2-vllm" in _section(releases, "fidelity")
+
+
+def test_the_releases_page_names_the_tiers_releases_it_has_no_results_for(site):
+    """A release of specsample.tiers.MRV2_RELEASES without results (one just added to the tiers,
+    say) is named on the releases page, with the command that measures it."""
+    from specsample.tiers import MRV2_RELEASES
+
+    _, _, releases = site
+    unmeasured = [r for r in MRV2_RELEASES if r not in sr.RELEASES]
+    assert unmeasured
+    names = ", ".join(f"vllm=={r}" for r in unmeasured)
+    assert f"Not measured here yet: {names} (in specsample.tiers.MRV2_RELEASES)" in releases
+    assert f"specsample backfill {' '.join('vllm==' + r for r in unmeasured)}" in releases

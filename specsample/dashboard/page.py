@@ -16,7 +16,7 @@ import pandas as pd
 from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
 
 from ..schema import STATUSES, subject_sort_key
-from ..tiers import REPLICATED_RELEASE
+from ..tiers import MRV2_RELEASES, REPLICATED_RELEASE
 from ..track import changepoints
 from ..track.results import ENV_COLUMNS, PARAM_COLUMNS, commit_order
 from ..track.signoff import format_value
@@ -157,6 +157,13 @@ def write_releases(
         ours = sorted(set(rows.loc[rows["release"].isna(), "subject"].dropna()), key=subject_sort_key)
         if ours:
             header.append("beside them: " + ", ".join(ours))
+        unmeasured = [r for r in MRV2_RELEASES if r not in releases]
+        if unmeasured:
+            notes.append(
+                f"Not measured here yet: {', '.join('vllm==' + r for r in unmeasured)} (in "
+                f"specsample.tiers.MRV2_RELEASES); `specsample backfill "
+                f"{' '.join('vllm==' + r for r in unmeasured)}` on the GPU box measures them."
+            )
     else:
         notes.append(
             "No vLLM release results in these results yet: `specsample bench --tier "
