@@ -573,9 +573,9 @@ def test_stream_kernel_matches_reference(device, mode, draft, tickets, insert, l
     """Config.stream: every pass but the insert as one kernel whose programs take tickets
     (or, tickets=False, their program ids), then the insert (or, insert=True, the request's last
     resample tile inserts: one kernel in all); lag > 0 tickets a request's resample tiles after
-    the stats tiles of the request lag places later, instead of after every stats tile. The reference's draws on a batch of
-    greedy and sampled requests (one greedy with no draft: no stats tile of its own counts), random
-    placeholders and ragged rows; the counters are back at
+    the stats tiles of the request lag places later, instead of after every stats tile. The
+    reference's draws on a batch of greedy and sampled requests (one greedy with no draft: no
+    stats tile of its own counts), random placeholders and ragged rows; the counters are back at
     0 after each call, and a second call (a CUDA graph's replay) draws the same tokens."""
     w = Workload(
         num_reqs=6,
