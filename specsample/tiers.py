@@ -134,8 +134,9 @@ def _sweep(
 
 # The nightly Vllm sweep's subject axis is append-only (asv keeps a point's history only while its
 # value stays on the axis): the newest release when the sweep began and vllm@main, the fidelity
-# pair, then each release since. Every release on it but the newest and the replicated one is
-# retired: kept on the axis for its history, not measured (the releases tier measures it).
+# pair, then each release since. What is on it but not in NIGHTLY_VLLM or FIDELITY (a release
+# that was the newest) is retired: kept on the axis for its history, not measured (the releases
+# tier measures it).
 _NIGHTLY_SINCE = "0.33.0"
 _VLLM_AXIS = (
     f"vllm=={_NIGHTLY_SINCE}",
@@ -143,7 +144,7 @@ _VLLM_AXIS = (
     *FIDELITY,
     *(f"vllm=={r}" for r in MRV2_RELEASES[MRV2_RELEASES.index(_NIGHTLY_SINCE) + 1 :]),
 )
-_VLLM_RETIRED = tuple(s for s in _VLLM_AXIS if s.startswith("vllm==") and s not in (NEWEST_RELEASE, REPLICATED_RELEASE))
+_VLLM_RETIRED = tuple(s for s in _VLLM_AXIS if s not in (*NIGHTLY_VLLM, *FIDELITY))
 
 _PEERS = ("mrv2", "mrv2-pre50939", "fast", "torch-eager", "flashinfer", "flashinfer-kernel", "express")
 _DENSITIES = (0.0, 0.25, 0.5, 0.75, 1.0)
