@@ -20,6 +20,7 @@ branch included (a path through the kernel pays the rounds on its own path only)
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import os
 import re
@@ -71,7 +72,7 @@ class _Capture:
 
 def _is_vllm(name: str) -> bool:
     try:
-        return parse_subject(name).kind in ("vllm-release", "vllm-ref", "vllm-installed")
+        return parse_subject(name).base == "vllm"
     except ValueError:
         return False
 
@@ -82,22 +83,35 @@ def _sampler(name: str) -> str:
     raise argparse.ArgumentTypeError(f"one of {', '.join(PIPELINE_SUBJECTS)}, or a vLLM subject (vllm==X.Y.Z)")
 
 
-def _capture_vllm(name: str, inputs: dict, launches: list) -> None:
-    """One call of a vLLM subject's launcher, its module's ``*_kernel`` launches captured."""
+def _vllm_call(name: str, inputs: dict):
+    """A vLLM subject's prepared launcher on ``inputs`` (CPU tensors: its input check, which
+    wants CUDA tensors outside the interpreter, is left out, since nothing is launched)."""
     from specsample import validation
 
-    check, validation.check_inputs = validation.check_inputs, lambda **inputs: None  # CPU tensors, no launch
+    check, validation.check_inputs = validation.check_inputs, lambda **inputs: None
     try:
-        prepared = subjects.get(name).prepare_inputs(inputs)
+        return subjects.get(name).prepare_inputs(inputs).call
     finally:
         validation.check_inputs = check
-    module = prepared.call.fn.func.__globals__
-    kernels = {n: k for n, k in module.items() if n.endswith("_kernel") and isinstance(k, triton.JITFunction)}
+
+
+@contextlib.contextmanager
+def _captured(namespaces: list[dict], launches: list):
+    """Every ``*_kernel`` Triton function in ``namespaces`` (module dicts) launches into
+    ``launches`` instead of running, until the block ends."""
+    saved = [
+        (ns, n, k)
+        for ns in namespaces
+        for n, k in list(ns.items())
+        if n.endswith("_kernel") and isinstance(k, triton.JITFunction)
+    ]
     try:
-        module.update({n: _Capture(k, launches) for n, k in kernels.items()})
-        prepared.call()
+        for ns, n, k in saved:
+            ns[n] = _Capture(k, launches)
+        yield
     finally:
-        module.update(kernels)
+        for ns, n, k in saved:
+            ns[n] = k
 
 
 def _compile(kernel, kwargs, specialize: bool = True):
@@ -289,27 +303,21 @@ def main(argv=None) -> None:
         options["config"] = config
     elif args.set:
         ap.error(f"--set: {args.sampler} has no launch configuration")
-    launches = []
     if _is_vllm(args.sampler):
         if args.set or args.dependent_launch:
             ap.error(f"--set, --dependent-launch: {args.sampler} has no launch configuration")
-        _capture_vllm(args.sampler, inputs, launches)
-        saved = {}
+        call = _vllm_call(args.sampler, inputs)
+        namespaces = [call.fn.func.__globals__]  # the launcher's module: its kernels
     else:
-        saved = {
-            (module, n): getattr(module, n)
-            for module in KERNEL_MODULES
-            for n in dir(module)
-            if n.endswith("_kernel") and isinstance(getattr(module, n), triton.JITFunction)
-        }
-    try:
-        for (module, n), kernel in saved.items():
-            setattr(module, n, _Capture(kernel, launches))
-        if saved:
-            subjects.get(args.sampler).pipeline(**inputs, **options).run()
-    finally:
-        for (module, n), kernel in saved.items():
-            setattr(module, n, kernel)
+        pipeline = subjects.get(args.sampler).pipeline
+
+        def call():
+            pipeline(**inputs, **options).run()
+
+        namespaces = [module.__dict__ for module in KERNEL_MODULES]
+    launches = []
+    with _captured(namespaces, launches):
+        call()
     for kernel, grid, kwargs in launches:
         if args.dependent_launch:
             kwargs = dict(kwargs, PDL=True)
