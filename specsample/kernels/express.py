@@ -2025,6 +2025,7 @@ class Pipeline:
         self.num_blocks = triton.cdiv(vocab_size, SAMPLE_BLOCK)
         self.nb_p2 = triton.next_power_of_2(self.num_blocks)
         self.k_p2 = triton.next_power_of_2(max(self.k, 1))
+        self.stats_tiles = triton.cdiv(self.num_blocks, self.config.stats_blocks)
         self.resample_tiles = triton.cdiv(self.num_blocks, self.config.resample_blocks)
         n, nb, r = self.num_logits, self.num_blocks, self.num_reqs
         f32 = dict(dtype=torch.float32, device=device)
@@ -2072,29 +2073,32 @@ class Pipeline:
         # the ticket and finished counters, then each request's five, each on a line of its own
         counters = (2 + r) * STREAM_COUNTER_LINE.value if self.streaming else 1
         self.stream_counters = torch.zeros(counters, dtype=torch.int32, device=device)
-        self.stats_tiles = triton.cdiv(self.num_blocks, self.config.stats_blocks)
         self.stats_persistent_programs = self._persistent_stats_programs()
 
-    def _persistent_resample_programs(self) -> int:
-        per_sm = self.config.resample_programs
-        if not per_sm or self.has_draft_logits or self.num_reqs > PERSISTENT_MAX_REQS:
-            return 0
+    def _persistent_programs(self, per_sm: int, kernel, args: dict, warps: int) -> int:
+        """``per_sm`` programs of ``kernel`` an SM (fewer on a GPU where fewer fit at once, by
+        its compiled registers and shared memory), times the SMs."""
         device = self.target_logits.device
         if device.type == "cuda":
-            kernel = _resample_persistent_kernel.warmup(**self._resample_persistent_args(), grid=(1,))
-            per_sm = min(per_sm, _programs_per_multiprocessor(kernel, self.config.resample_warps, device))
-        programs = per_sm * _multiprocessors(device)
+            compiled = kernel.warmup(**args, grid=(1,))
+            per_sm = min(per_sm, _programs_per_multiprocessor(compiled, warps, device))
+        return per_sm * _multiprocessors(device)
+
+    def _persistent_resample_programs(self) -> int:
+        c = self.config
+        if not c.resample_programs or self.has_draft_logits or self.num_reqs > PERSISTENT_MAX_REQS:
+            return 0
+        args = self._resample_persistent_args()
+        programs = self._persistent_programs(c.resample_programs, _resample_persistent_kernel, args, c.resample_warps)
         return programs if programs < self.num_reqs * self.resample_tiles else 0
 
     def _persistent_stats_programs(self) -> int:
-        per_sm = self.config.stats_programs
-        if not per_sm:
+        c = self.config
+        if not c.stats_programs:
             return 0
-        device = self.target_logits.device
-        if device.type == "cuda":
-            kernel = _stats_persistent_kernel.warmup(**self._stats_args(), **self._stats_persistent_args(), grid=(1,))
-            per_sm = min(per_sm, _programs_per_multiprocessor(kernel, self.config.stats_warps, device))
-        return min(per_sm * _multiprocessors(device), self.num_reqs * self.k * self.stats_tiles)
+        args = {**self._stats_args(), **self._stats_persistent_args()}
+        programs = self._persistent_programs(c.stats_programs, _stats_persistent_kernel, args, c.stats_warps)
+        return min(programs, self.num_reqs * self.k * self.stats_tiles)
 
     def stages(self) -> list[tuple[str, Callable[[], None]]]:
         """The kernel launches of one call, in order (names from ``specsample.schema.STAGES``)."""
@@ -2181,10 +2185,9 @@ class Pipeline:
     # ---- 1, 4, 5 as one kernel (Config.stream)
     def _stream(self) -> None:
         c = self.config
-        stats_tiles = triton.cdiv(self.num_blocks, c.stats_blocks)
         residual = self.use_block_verification and self.has_draft_logits and self.k > 1
         residual_tiles = triton.cdiv(self.num_blocks, c.residual_blocks)
-        per_req = self.k * stats_tiles + ((self.k - 1) * residual_tiles if residual else 0) + self.resample_tiles
+        per_req = self.k * self.stats_tiles + ((self.k - 1) * residual_tiles if residual else 0) + self.resample_tiles
         programs = self.num_reqs * per_req
         lag = min(c.stream_lag, self.num_reqs) if c.stream_lag else self.num_reqs
         # halvings that find a ticket's step among R + (phases - 1) * lag steps (0: lag = R)
@@ -2215,7 +2218,7 @@ class Pipeline:
             resampled_stride=self.num_blocks,
             counters_ptr=self.stream_counters,
             num_reqs=self.num_reqs,
-            stats_tiles=stats_tiles,
+            stats_tiles=self.stats_tiles,
             residual_tiles=residual_tiles,
             resample_tiles=self.resample_tiles,
             lag=lag,
