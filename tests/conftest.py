@@ -5,6 +5,8 @@ TRITON_INTERPRET must be set before any ``@triton.jit`` function is defined, i.e
 """
 
 import os
+import subprocess
+import sys
 import warnings
 
 import pytest
@@ -32,9 +34,6 @@ def compile_for_sm90(args: list[str]) -> list[str]:
     """The kernel names ``scripts/express_sass.py ARGS`` compiles for sm_90 (one call's launches,
     in order), with Triton's bundled ptxas and no GPU; the test is skipped where ptxas cannot
     run, and fails on any other error (a compilation error above all)."""
-    import subprocess
-    import sys
-
     script = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts", "express_sass.py")
     proc = subprocess.run(
         [sys.executable, script, *args], env=compiler_env(), capture_output=True, text=True, timeout=300, check=False
