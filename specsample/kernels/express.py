@@ -54,9 +54,7 @@ Kernels (grid; launched when), stage names as :data:`specsample.schema.STAGES`:
 1. ``stats``          (R*K, nb/S)   always: block max and chunked sum-exp (or argmax) of the rows
                                     something reads (fast's rule and request-major grid; and row 0
                                     of a non-greedy request with no draft to test, whose target
-                                    is then the distribution to sample); or (P,) with
-                                    ``Config.stats_programs``: P programs take every P-th tile of
-                                    that grid, loads pipelined ``Config.stats_stages`` tiles deep
+                                    is then the distribution to sample)
 2. ``cum_log_p``      (R,)          block verification: fp64 prefix joint ratios, and the fp64
                                     LSEs of each row read (for the residual-mass pass)
 3. ``residual_mass``  (R*(K-1), nb/S) block verification with draft logits: chunked residual mass
@@ -131,10 +129,6 @@ def _needs_row_pass(plan):
 # tiles spread over 128 threads. Not a Config field: it sets the reduction tree of those LSEs
 # (fp64 sums, so ulps at most), and a configuration must not reach a draw even by an ulp.
 REQUEST_WARPS = 4
-# Config.stream's counters: int32 entries a 128-byte line, so that each request's counters (and
-# the kernel's ticket and finished counters) share a line with no other request's: the atomics
-# and the spin-waits of different requests never contend for one line.
-STREAM_COUNTER_LINE = tl.constexpr(32)
 
 
 @dataclass(frozen=True)
@@ -156,21 +150,6 @@ class Config:
     # draft logits always the grid: every rejected request's residual row is read there, and the
     # persistent pass read rows 29-32% slower than the grid (H200, session 16).
     resample_programs: int = 0
-    # Every kernel but the insert as one (_stream_kernel: tickets in launch order; a request's
-    # later phases start once its earlier ones are done), then the insert; at REQUEST_WARPS
-    # warps, and capped at stream_registers registers if not 0.
-    stream: bool = False
-    stream_registers: int = 0
-    stream_tickets: bool = True  # False: program ids as tickets (relies on in-order dispatch)
-    stream_insert: bool = False  # the insert inside the stream kernel too (no insert kernel)
-    # Resample tiles of request r ticketed after request r + stream_lag's stats tiles (0: after
-    # every stats tile), so that the rejected row may still be in L2 when it is read again
-    stream_lag: int = 0
-    # The stats pass as at most this many programs an SM (fewer if fewer fit at once), each
-    # taking every P-th tile of the grid's with its loads pipelined stats_stages tiles deep (0:
-    # the (R * K, nb / stats_blocks) grid, one program a tile).
-    stats_programs: int = 0
-    stats_stages: int = 3
     # Programmatic dependent launch (sm_90 and up; ignored elsewhere): each kernel after stats is
     # launched while the one before it runs, does its input-only loads, then waits for it.
     dependent_launch: bool = True
@@ -184,17 +163,6 @@ class Config:
                 raise ValueError(f"{name}: expected a power of two in [1, 32], got {getattr(self, name)}")
         if not 0 <= self.resample_programs <= 32:
             raise ValueError(f"resample_programs: expected 0 to 32 programs an SM, got {self.resample_programs}")
-        if self.stream_lag < 0:
-            raise ValueError(f"stream_lag: expected a number of requests >= 0, got {self.stream_lag}")
-        if self.stream and (self.fused_insert or self.stats_warps != REQUEST_WARPS or self.stats_programs):
-            raise ValueError(
-                f"stream: needs the insert kernel (no fused_insert), stats_warps={REQUEST_WARPS} and the stats "
-                f"grid's tickets (no stats_programs)"
-            )
-        if not 0 <= self.stats_programs <= 32:
-            raise ValueError(f"stats_programs: expected 0 to 32 programs an SM, got {self.stats_programs}")
-        if not 1 <= self.stats_stages <= 4:
-            raise ValueError(f"stats_stages: expected 1 to 4 tiles in flight a program, got {self.stats_stages}")
         if self.resample_programs and self.fused_insert:
             raise ValueError("resample_programs: the persistent resample pass cannot fuse the insert (fused_insert)")
 
@@ -462,13 +430,8 @@ def _inverse(temperature):
     return tl.math.div_rn(1.0, temperature)
 
 
-@triton.jit
-def _gather(ptr, index):
-    return _finite_or_neg_inf(tl.load(ptr + index).to(tl.float32))
-
-
 # Kernels take their arguments flat (what the launcher passes); the per-request helpers that
-# several kernels share (the stream kernel among them) take them grouped, each kernel building
+# several kernels share take them grouped, each kernel building
 # the tuples it passes (Triton unpacks them at compile time: the SASS is the same):
 #   logits    (target_logits_ptr, target_logits_stride,            [N, V]
 #              draft_logits_ptr, draft_logits_stride_0, _1)        [max_num_reqs, K, V_d]
@@ -619,83 +582,6 @@ def _stats_kernel(
     )
 
 
-@triton.jit
-def _stats_persistent_kernel(
-    target_logits_ptr,
-    target_logits_stride,
-    draft_logits_ptr,
-    draft_logits_stride_0,
-    draft_logits_stride_1,
-    draft_sampled_ptr,
-    cu_num_logits_ptr,
-    idx_mapping_ptr,
-    temperature_ptr,
-    target_local_argmax_ptr,
-    target_local_max_ptr,
-    target_local_sumexp_ptr,
-    draft_local_max_ptr,
-    draft_local_sumexp_ptr,
-    local_stride,
-    num_blocks,
-    vocab_size,
-    num_rows,
-    num_tiles,
-    HAS_DRAFT_LOGITS: tl.constexpr,
-    K_P2: tl.constexpr,
-    GROUPS: tl.constexpr,
-    SUB: tl.constexpr,
-    BLOCK: tl.constexpr,
-    STAGES: tl.constexpr,
-    PDL: tl.constexpr,
-):
-    # Config.stats_programs: the stats grid's tiles (row req * K + j fastest, then tile g: the
-    # grid's order) taken by a fixed set of programs, tile t by program t mod P, its loads
-    # software-pipelined STAGES tiles deep (cp.async into shared memory: the next tiles' loads are
-    # in flight while this one is reduced; sessions 14 and 16's looping programs had one tile at a
-    # time and read rows ~30% slower than the grid). A tile of a row nobody reads costs its
-    # request's metadata loads (cached) and masked loads, not a program launch: at phi = 1 three
-    # programs in four of the grid only exit. The same tiles by _stats_partials: the same values.
-    _launch_dependents(PDL)
-    for t in tl.range(tl.program_id(0), num_tiles, tl.num_programs(0), num_stages=STAGES):
-        g = t // num_rows
-        req = ((t % num_rows) // GROUPS).to(tl.int64)
-        j = (t % num_rows) % GROUPS
-        start, slot, temperature, num_read, first = _stats_rows(
-            cu_num_logits_ptr, draft_sampled_ptr, idx_mapping_ptr, temperature_ptr, req, K_P2
-        )
-        read = j < num_read
-        row = start + j
-        blocks = g * SUB + tl.arange(0, SUB)
-        offs = blocks[:, None] * BLOCK + tl.arange(0, BLOCK)[None, :]
-        x = tl.load(
-            target_logits_ptr + row * target_logits_stride + offs,
-            mask=offs < tl.where(read, vocab_size, 0),
-            other=float("-inf"),
-        )
-        y_raw = x  # unread without draft logits
-        if HAS_DRAFT_LOGITS:
-            d_ptrs = draft_logits_ptr + slot * draft_logits_stride_0 + j.to(tl.int64) * draft_logits_stride_1 + offs
-            tested = read & (temperature != 0.0) & (j < first)
-            y_raw = tl.load(d_ptrs, mask=offs < tl.where(tested, vocab_size, 0), other=float("-inf"))
-        if read:
-            _stats_partials(
-                x,
-                y_raw,
-                row,
-                j,
-                first,
-                temperature,
-                blocks,
-                target_local_argmax_ptr,
-                (target_local_max_ptr, target_local_sumexp_ptr, draft_local_max_ptr, draft_local_sumexp_ptr),
-                local_stride,
-                num_blocks,
-                HAS_DRAFT_LOGITS,
-                SUB,
-                BLOCK,
-            )
-
-
 # ---------------------------------------------------------------------------------------------
 # Kernel 2: cumulative log p in fp64 (block verification)
 # ---------------------------------------------------------------------------------------------
@@ -715,10 +601,8 @@ def _cumulative_log_p_request(
     NB_P2: tl.constexpr,
     req,
     PDL: tl.constexpr,
-    CACHE: tl.constexpr,
 ):
-    # The cum_log_p kernel's program for request req (the kernel, or the stream kernel's last stats
-    # tile of the request, with CACHE=".cg").
+    # The cum_log_p kernel's program for request req.
     target_logits_ptr, target_logits_stride, draft_logits_ptr, draft_logits_stride_0, draft_logits_stride_1 = logits
     draft_sampled_ptr, cu_num_logits_ptr, idx_mapping_ptr, temperature_ptr = requests
     target_local_max_ptr, target_local_sumexp_ptr, draft_local_max_ptr, draft_local_sumexp_ptr = partials
@@ -745,11 +629,11 @@ def _cumulative_log_p_request(
         d_ptr = draft_logits_ptr + slot * draft_logits_stride_0 + k.to(tl.int64) * draft_logits_stride_1
         y_raw = tl.load(d_ptr + token, mask=in_req, other=float("-inf"))
     _wait_for_prior(PDL)
-    m_t = tl.load(target_local_max_ptr + tile, mask=tile_mask, other=float("-inf"), cache_modifier=CACHE)
-    s_t = tl.load(target_local_sumexp_ptr + tile, mask=tile_mask, other=0.0, cache_modifier=CACHE)
+    m_t = tl.load(target_local_max_ptr + tile, mask=tile_mask, other=float("-inf"))
+    s_t = tl.load(target_local_sumexp_ptr + tile, mask=tile_mask, other=0.0)
     if HAS_DRAFT_LOGITS:
-        m_d = tl.load(draft_local_max_ptr + tile, mask=tile_mask, other=float("-inf"), cache_modifier=CACHE)
-        s_d = tl.load(draft_local_sumexp_ptr + tile, mask=tile_mask, other=0.0, cache_modifier=CACHE)
+        m_d = tl.load(draft_local_max_ptr + tile, mask=tile_mask, other=float("-inf"))
+        s_d = tl.load(draft_local_sumexp_ptr + tile, mask=tile_mask, other=0.0)
     if first_draft < 0:
         # first == 0: no real row, log p stays 0 on every row (what the chain below gives), no
         # LSEs kept; the partials are never waited on, no LSE tiles.
@@ -821,7 +705,6 @@ def _cumulative_log_p_kernel(
         NB_P2,
         tl.program_id(0),
         PDL,
-        "",
     )
 
 
@@ -915,10 +798,8 @@ def _reject_request(
     BLOCK: tl.constexpr,
     req,
     PDL: tl.constexpr,
-    CACHE: tl.constexpr,
 ):
-    # The rejection kernel's program for request req (the kernel, or the stream kernel's last
-    # stats program of the request, which passes CACHE=".cg": other programs wrote the partials).
+    # The rejection kernel's program for request req.
     sampled_ptr, sampled_stride, num_sampled_ptr = outputs
     plan_ptr, plan_block_ptr, plan_lse_ptr, plan_scale_ptr = plans
     target_logits_ptr, target_logits_stride, draft_logits_ptr, draft_logits_stride_0, draft_logits_stride_1 = logits
@@ -970,26 +851,25 @@ def _reject_request(
     tile = rows[:, None] * local_stride + nb[None, :]
     tile_mask = in_req[:, None] & nb_mask[None, :]
     if USE_BLOCK_VERIFICATION:
-        log_p = tl.load(cumulative_log_p_ptr + rows, mask=in_req, other=0.0, cache_modifier=CACHE)
+        log_p = tl.load(cumulative_log_p_ptr + rows, mask=in_req, other=0.0)
         if HAS_DRAFT_LOGITS:
             # Z_{k+1} = sum_b residual mass of row k + 1, and the [N, 2] LSEs cum_log_p kept
             next_mass = tl.load(
                 local_residual_mass_ptr + tile + local_stride,
                 mask=has_next[:, None] & nb_mask[None, :],
                 other=0.0,
-                cache_modifier=CACHE,
             )
-            row_lse_t = tl.load(row_lse_ptr + 2 * rows, mask=in_req, other=0.0, cache_modifier=CACHE)
-            row_lse_d = tl.load(row_lse_ptr + 2 * rows + 1, mask=in_req, other=0.0, cache_modifier=CACHE)
+            row_lse_t = tl.load(row_lse_ptr + 2 * rows, mask=in_req, other=0.0)
+            row_lse_d = tl.load(row_lse_ptr + 2 * rows + 1, mask=in_req, other=0.0)
         else:
-            m_t = tl.load(target_local_max_ptr + tile, mask=tile_mask, other=float("-inf"), cache_modifier=CACHE)
-            s_t = tl.load(target_local_sumexp_ptr + tile, mask=tile_mask, other=0.0, cache_modifier=CACHE)
+            m_t = tl.load(target_local_max_ptr + tile, mask=tile_mask, other=float("-inf"))
+            s_t = tl.load(target_local_sumexp_ptr + tile, mask=tile_mask, other=0.0)
     else:
-        m_t = tl.load(target_local_max_ptr + tile, mask=tile_mask, other=float("-inf"), cache_modifier=CACHE)
-        s_t = tl.load(target_local_sumexp_ptr + tile, mask=tile_mask, other=0.0, cache_modifier=CACHE)
+        m_t = tl.load(target_local_max_ptr + tile, mask=tile_mask, other=float("-inf"))
+        s_t = tl.load(target_local_sumexp_ptr + tile, mask=tile_mask, other=0.0)
         if HAS_DRAFT_LOGITS:
-            m_d = tl.load(draft_local_max_ptr + tile, mask=tile_mask, other=float("-inf"), cache_modifier=CACHE)
-            s_d = tl.load(draft_local_sumexp_ptr + tile, mask=tile_mask, other=0.0, cache_modifier=CACHE)
+            m_d = tl.load(draft_local_max_ptr + tile, mask=tile_mask, other=float("-inf"))
+            s_d = tl.load(draft_local_sumexp_ptr + tile, mask=tile_mask, other=0.0)
     if is_greedy:
         tau = tl.zeros((), dtype=tl.int64)
         verifying = tl.full((), 1, dtype=tl.int1)
@@ -1000,7 +880,7 @@ def _reject_request(
             # mrv2's greedy path: not short-circuited at a -1, where it stores the argmax.
             if verifying:
                 best = _global_argmax(
-                    target_local_argmax_ptr, target_local_max_ptr, row, local_stride, num_blocks, NB_P2, CACHE == ".cg"
+                    target_local_argmax_ptr, target_local_max_ptr, row, local_stride, num_blocks, NB_P2
                 )
                 if SYNTHETIC_MODE:
                     accepted = _uniform(seed, tl.load(pos_ptr + row)) < tl.load(synthetic_conditional_rates_ptr + step)
@@ -1019,8 +899,8 @@ def _reject_request(
         # pass would store for the row); no LSE tiles. The partials and gathered logits loaded
         # above (rows of drafts, none tested) are unused.
         row_0 = start * local_stride + nb
-        m_0 = tl.load(target_local_max_ptr + row_0, mask=nb_mask, other=float("-inf"), cache_modifier=CACHE)
-        s_0 = tl.load(target_local_sumexp_ptr + row_0, mask=nb_mask, other=0.0, cache_modifier=CACHE)
+        m_0 = tl.load(target_local_max_ptr + row_0, mask=nb_mask, other=float("-inf"))
+        s_0 = tl.load(target_local_sumexp_ptr + row_0, mask=nb_mask, other=0.0)
         log_mass = m_0.to(tl.float64) + tl.log(s_0)
         big = tl.max(log_mass, 0)
         w = tl.where(log_mass == float("-inf"), 0.0, tl.exp(log_mass - big))
@@ -1197,7 +1077,6 @@ def _rejection_kernel(
         BLOCK,
         tl.program_id(0).to(tl.int64),
         PDL,
-        "",
     )
 
 
@@ -1623,347 +1502,6 @@ def _insert_request(
     tl.store(num_sampled_ptr + req, (tau + 1).to(tl.int32))
 
 
-@triton.jit
-def _stream_kernel(
-    target_logits_ptr,
-    target_logits_stride,
-    draft_logits_ptr,
-    draft_logits_stride_0,
-    draft_logits_stride_1,
-    draft_sampled_ptr,
-    pos_ptr,
-    cu_num_logits_ptr,
-    idx_mapping_ptr,
-    temperature_ptr,
-    seed_ptr,
-    target_local_argmax_ptr,
-    target_local_max_ptr,
-    target_local_sumexp_ptr,
-    draft_local_max_ptr,
-    draft_local_sumexp_ptr,
-    local_stride,
-    num_blocks,
-    vocab_size,
-    sampled_ptr,
-    sampled_stride,
-    num_sampled_ptr,
-    plan_ptr,
-    plan_block_ptr,
-    plan_lse_ptr,
-    plan_scale_ptr,
-    local_residual_mass_ptr,
-    cumulative_log_p_ptr,
-    row_lse_ptr,
-    synthetic_conditional_rates_ptr,
-    resampled_mass_ptr,
-    resampled_argmax_ptr,
-    resampled_stride,
-    counters_ptr,
-    num_reqs,
-    stats_tiles,
-    residual_tiles,
-    resample_tiles,
-    lag,
-    HAS_DRAFT_LOGITS: tl.constexpr,
-    SYNTHETIC_MODE: tl.constexpr,
-    USE_BLOCK: tl.constexpr,
-    RESIDUAL: tl.constexpr,
-    K_P2: tl.constexpr,
-    NB_P2: tl.constexpr,
-    GROUPS: tl.constexpr,
-    SUB: tl.constexpr,
-    RESIDUAL_SUB: tl.constexpr,
-    RESAMPLE_SUB: tl.constexpr,
-    BLOCK: tl.constexpr,
-    BISECT_STEPS: tl.constexpr,
-    TICKETS: tl.constexpr,
-    FUSED_INSERT: tl.constexpr,
-    PDL: tl.constexpr,
-):
-    # Config.stream: the stats, (block verification: cum_log_p, residual-mass,) rejection and
-    # resample passes as one kernel, so that a request's resample tiles read while later requests' rows still stream
-    # (three kernels wait for each other's last program: sessions 12-17 measured the chain, not
-    # the bytes, as goal 3's loss). Each program takes a ticket from a counter, in launch order:
-    # - stats tickets are the stats grid's tiles, request-major (a request's K rows, row
-    #   fastest, then its next tile), so requests finish one after another; each tile of a row
-    #   read counts itself done on its request, and the request's last runs the rejection
-    #   kernel's program for it (its partials read past L1, ".cg"), then flags it ready;
-    # - resample tickets are the resample grid's (request, tile) programs, after their request's
-    #   stats tickets (where, is set by the lag below): each waits for its request's flag, then
-    #   does the resample kernel's work; with FUSED_INSERT (Config.stream_insert) the request's
-    #   last resample tile then does the insert's.
-    # A resample ticket is handed out only after every stats ticket of its request, whose
-    # programs are then running or done and wait for nothing, so the waits end: no deadlock
-    # whatever the order programs start in. The counters (the tickets and, per request, the stats count, the flag
-    # and the resample count) are back at 0 when the kernel ends: the stage is idempotent and a
-    # CUDA graph can replay it. The same helpers as the three kernels: the same draws.
-    partials = (target_local_max_ptr, target_local_sumexp_ptr, draft_local_max_ptr, draft_local_sumexp_ptr)
-    logits = (target_logits_ptr, target_logits_stride, draft_logits_ptr, draft_logits_stride_0, draft_logits_stride_1)
-    requests = (draft_sampled_ptr, cu_num_logits_ptr, idx_mapping_ptr, temperature_ptr)
-    outputs = (sampled_ptr, sampled_stride, num_sampled_ptr)
-    plans = (plan_ptr, plan_block_ptr, plan_lse_ptr, plan_scale_ptr)
-    resampled = (resampled_mass_ptr, resampled_argmax_ptr)
-    if TICKETS:
-        ticket = tl.atomic_add(counters_ptr, 1, sem="relaxed")
-    else:
-        # the program id as the ticket: no atomic round before a stats program's loads, but the
-        # waits then rely on the GPU starting programs in launch order (it does; CUDA does not
-        # promise it): an experiment for the tune, not a default
-        ticket = tl.program_id(0)
-    # The ticket's work. Phase p of request r (0 stats, then 1 residual masses if RESIDUAL, then
-    # the resample tiles) is in step r + p * lag; a step holds, in that order, the tiles of the
-    # phases it has. lag = R: every stats tile first, then every residual tile, then every
-    # resample tile. A smaller lag rereads a request's rows (residual masses, the rejected row)
-    # soon after its stats read them, while they may still be in L2.
-    per_req = GROUPS * stats_tiles
-    per_req_residual = (GROUPS - 1) * residual_tiles if RESIDUAL else 0
-    last_phase = 2 if RESIDUAL else 1
-    if BISECT_STEPS == 0:
-        # lag = R: the phases one after another, no search
-        in_stats = ticket < num_reqs * per_req
-        in_residual = (ticket >= num_reqs * per_req) & (ticket < num_reqs * (per_req + per_req_residual))
-        o = tl.where(
-            in_stats,
-            ticket,
-            tl.where(in_residual, ticket - num_reqs * per_req, ticket - num_reqs * (per_req + per_req_residual)),
-        )
-        size = tl.where(in_stats, per_req, tl.where(in_residual, tl.maximum(per_req_residual, 1), resample_tiles))
-        is_stats = in_stats
-        is_residual = in_residual
-        is_resample = (~in_stats) & (~in_residual)
-        req = (o // size).to(tl.int64)
-        local = o % size
-    else:
-        # the step of this ticket: the last step whose first ticket is at or before it (bisection
-        # over the host's ceil(log2(steps + 1)) halvings)
-        lo = ticket * 0
-        hi = num_reqs + last_phase * lag
-        for _ in tl.static_range(BISECT_STEPS):
-            mid = (lo + hi) // 2
-            before = (
-                per_req * tl.minimum(mid, num_reqs)
-                + per_req_residual * tl.minimum(tl.maximum(mid - lag, 0), num_reqs)
-                + resample_tiles * tl.minimum(tl.maximum(mid - last_phase * lag, 0), num_reqs)
-            )
-            lo = tl.where(before <= ticket, mid, lo)
-            hi = tl.where(before <= ticket, hi, mid)
-        step = lo
-        o = ticket - (
-            per_req * tl.minimum(step, num_reqs)
-            + per_req_residual * tl.minimum(tl.maximum(step - lag, 0), num_reqs)
-            + resample_tiles * tl.minimum(tl.maximum(step - last_phase * lag, 0), num_reqs)
-        )
-        stats_here = tl.where(step < num_reqs, per_req, 0)
-        residual_here = tl.where((step >= lag) & (step - lag < num_reqs), per_req_residual, 0)
-        is_stats = o < stats_here
-        is_residual = (o >= stats_here) & (o < stats_here + residual_here)
-        req = tl.where(is_stats, step, tl.where(is_residual, step - lag, step - last_phase * lag)).to(tl.int64)
-        local = tl.where(is_stats, o, tl.where(is_residual, o - stats_here, o - stats_here - residual_here))
-        is_resample = o >= stats_here + residual_here
-    run_rejection = ticket < 0  # set below by the program that completes a request's last phase before it
-    # the request's counters, on a cache line of their own (STREAM_COUNTER_LINE): programs of
-    # other requests count and wait on other lines
-    stats_done_ptr = counters_ptr + (2 + req) * STREAM_COUNTER_LINE
-    ready_ptr = stats_done_ptr + 1
-    resample_done_ptr = stats_done_ptr + 2
-    residual_ready_ptr = stats_done_ptr + 3  # block verification with draft logits
-    residual_done_ptr = stats_done_ptr + 4
-    if is_stats:
-        j = local % GROUPS
-        start, slot, temperature, num_read, first = _stats_rows(
-            cu_num_logits_ptr, draft_sampled_ptr, idx_mapping_ptr, temperature_ptr, req, K_P2
-        )
-        if j < num_read:
-            row = start + j
-            blocks = (local // GROUPS) * SUB + tl.arange(0, SUB)
-            offs = blocks[:, None] * BLOCK + tl.arange(0, BLOCK)[None, :]
-            vmask = offs < vocab_size
-            x = tl.load(target_logits_ptr + row * target_logits_stride + offs, mask=vmask, other=float("-inf"))
-            y_raw = x  # unread without draft logits
-            if HAS_DRAFT_LOGITS:
-                d_ptrs = draft_logits_ptr + slot * draft_logits_stride_0 + j.to(tl.int64) * draft_logits_stride_1 + offs
-                tested = (temperature != 0.0) & (j < first)
-                y_raw = tl.load(d_ptrs, mask=offs < tl.where(tested, vocab_size, 0), other=float("-inf"))
-            _stats_partials(
-                x,
-                y_raw,
-                row,
-                j,
-                first,
-                temperature,
-                blocks,
-                target_local_argmax_ptr,
-                partials,
-                local_stride,
-                num_blocks,
-                HAS_DRAFT_LOGITS,
-                SUB,
-                BLOCK,
-            )
-            # Only the tiles of rows read count (a tile of a row nobody reads exits after its
-            # request's metadata, as in the grid). The barrier puts every thread's stores before
-            # the (release) count.
-            tl.debug_barrier()
-            done_before = tl.atomic_add(stats_done_ptr, 1, sem="acq_rel")
-            tl.debug_barrier()
-            last = done_before == num_read * stats_tiles - 1
-        else:
-            # a greedy request with no draft reads no row: its first tile runs its rejection
-            last = (num_read == 0) & (local == 0)
-        if last:
-            tl.store(stats_done_ptr, 0)
-            if USE_BLOCK:
-                _cumulative_log_p_request(
-                    logits,
-                    requests,
-                    partials,
-                    local_stride,
-                    num_blocks,
-                    cumulative_log_p_ptr,
-                    row_lse_ptr,
-                    HAS_DRAFT_LOGITS,
-                    K_P2,
-                    NB_P2,
-                    req,
-                    False,
-                    ".cg",
-                )
-            if RESIDUAL:
-                tl.debug_barrier()
-                tl.atomic_xchg(residual_ready_ptr, 1, sem="release")
-            else:
-                run_rejection = ticket >= 0
-    if RESIDUAL:
-        if is_residual:
-            # row j >= 1 of request req, its tile g: as the residual-mass kernel's program, the
-            # rows' logits loaded before the wait for the request's cum_log_p
-            j = 1 + local % (GROUPS - 1)
-            start, num_drafts, first = _request_rows(cu_num_logits_ptr, draft_sampled_ptr, req, K_P2)
-            slot = tl.load(idx_mapping_ptr + req).to(tl.int64)
-            temperature = tl.load(temperature_ptr + slot)
-            work = (j < first) & (temperature != 0.0)
-            row = start + j
-            blocks = (local // (GROUPS - 1)) * RESIDUAL_SUB + tl.arange(0, RESIDUAL_SUB)
-            offs = blocks[:, None] * BLOCK + tl.arange(0, BLOCK)[None, :]
-            mask = offs < tl.where(work, vocab_size, 0)
-            x_raw = tl.load(target_logits_ptr + row * target_logits_stride + offs, mask=mask, other=float("-inf"))
-            d_ptr = draft_logits_ptr + slot * draft_logits_stride_0 + j.to(tl.int64) * draft_logits_stride_1
-            y_raw = tl.load(d_ptr + offs, mask=mask, other=float("-inf"))
-            ready = tl.atomic_add(residual_ready_ptr, 0, sem="acquire")
-            while ready == 0:
-                ready = tl.atomic_add(residual_ready_ptr, 0, sem="acquire")
-            tl.debug_barrier()
-            if work:
-                scale = tl.exp(tl.load(cumulative_log_p_ptr + row - 1, cache_modifier=".cg")).to(tl.float32)  # p_j
-                x = _finite_or_neg_inf(x_raw.to(tl.float32))
-                y = _finite_or_neg_inf(y_raw.to(tl.float32) * _inverse(temperature))
-                target_lse = tl.load(row_lse_ptr + 2 * row, cache_modifier=".cg")
-                draft_lse = tl.load(row_lse_ptr + 2 * row + 1, cache_modifier=".cg")
-                r = _residual(x, y, target_lse, draft_lse, scale)
-                mass = _chunked_sum(tl.where(mask, r, 0.0), RESIDUAL_SUB, BLOCK)
-                tl.store(local_residual_mass_ptr + row * local_stride + blocks, mass, mask=blocks < num_blocks)
-            tl.debug_barrier()
-            done_before = tl.atomic_add(residual_done_ptr, 1, sem="acq_rel")
-            tl.debug_barrier()
-            if done_before == per_req_residual - 1:
-                tl.store(residual_done_ptr, 0)
-                tl.store(residual_ready_ptr, 0)
-                run_rejection = ticket >= 0
-    if run_rejection:
-        # the request's rejection kernel program, once its last phase before the resample is done
-        _reject_request(
-            outputs,
-            plans,
-            logits,
-            requests,
-            pos_ptr,
-            seed_ptr,
-            target_local_argmax_ptr,
-            partials,
-            local_residual_mass_ptr,
-            local_stride,
-            num_blocks,
-            cumulative_log_p_ptr,
-            row_lse_ptr,
-            synthetic_conditional_rates_ptr,
-            HAS_DRAFT_LOGITS,
-            SYNTHETIC_MODE,
-            USE_BLOCK,
-            K_P2,
-            NB_P2,
-            BLOCK,
-            req,
-            False,
-            ".cg",
-        )
-        tl.debug_barrier()
-        tl.atomic_xchg(ready_ptr, 1, sem="release")
-    if is_resample:
-        _launch_dependents(PDL)
-        slot = tl.load(idx_mapping_ptr + req).to(tl.int64)
-        start = tl.load(cu_num_logits_ptr + req).to(tl.int64)
-        ready = tl.atomic_add(ready_ptr, 0, sem="acquire")
-        while ready == 0:
-            ready = tl.atomic_add(ready_ptr, 0, sem="acquire")
-        tl.debug_barrier()
-        plan = tl.load(plan_ptr + req, cache_modifier=".cg")
-        tau = tl.load(num_sampled_ptr + req, cache_modifier=".cg").to(tl.int64)
-        if _needs_row_pass(plan):
-            _block_masses(
-                resampled,
-                req * resampled_stride,
-                num_blocks,
-                plan_lse_ptr,
-                logits,
-                temperature_ptr,
-                vocab_size,
-                req,
-                slot,
-                start + tau,
-                plan,
-                tau,
-                local,
-                HAS_DRAFT_LOGITS,
-                RESAMPLE_SUB,
-                BLOCK,
-            )
-        tl.debug_barrier()
-        done_before = tl.atomic_add(resample_done_ptr, 1, sem="acq_rel")
-        tl.debug_barrier()
-        if done_before == resample_tiles - 1:
-            tl.store(resample_done_ptr, 0)
-            tl.store(ready_ptr, 0)
-            if FUSED_INSERT:
-                # the request's last resample tile does the insert kernel's work (block masses
-                # of the other tiles read past L1)
-                _insert_request(
-                    outputs,
-                    plans,
-                    resampled,
-                    req * resampled_stride,
-                    num_blocks,
-                    logits,
-                    requests,
-                    pos_ptr,
-                    seed_ptr,
-                    vocab_size,
-                    req,
-                    slot,
-                    start,
-                    plan,
-                    tau,
-                    HAS_DRAFT_LOGITS,
-                    NB_P2,
-                    BLOCK,
-                    ".cg",
-                )
-    if TICKETS:
-        finished_before = tl.atomic_add(counters_ptr + STREAM_COUNTER_LINE, 1, sem="acq_rel")
-        if finished_before == num_reqs * (per_req + per_req_residual + resample_tiles) - 1:
-            tl.store(counters_ptr, 0)
-            tl.store(counters_ptr + STREAM_COUNTER_LINE, 0)
-
-
 # ---------------------------------------------------------------------------------------------
 # Launcher
 # ---------------------------------------------------------------------------------------------
@@ -2067,46 +1605,27 @@ class Pipeline:
         # The resample pass: persistent (this many programs) with one-hot drafts where the (R,
         # tiles) grid would be larger than the programs that fit on the GPU at once, else the grid (0).
         self.resample_persistent_programs = self._persistent_resample_programs()
-        # Config.stream: its counters (tickets, programs finished; per request its stats tiles
-        # done, ready flag, resample tiles done), zero between calls
-        self.streaming = self.config.stream and self.num_reqs > 0
-        # the ticket and finished counters, then each request's five, each on a line of its own
-        counters = (2 + r) * STREAM_COUNTER_LINE.value if self.streaming else 1
-        self.stream_counters = torch.zeros(counters, dtype=torch.int32, device=device)
-        self.stats_persistent_programs = self._persistent_stats_programs()
-
-    def _persistent_programs(self, per_sm: int, kernel, args: dict, warps: int) -> int:
-        """``per_sm`` programs of ``kernel`` an SM (fewer on a GPU where fewer fit at once, by
-        its compiled registers and shared memory), times the SMs."""
-        device = self.target_logits.device
-        if device.type == "cuda":
-            compiled = kernel.warmup(**args, grid=(1,))
-            per_sm = min(per_sm, _programs_per_multiprocessor(compiled, warps, device))
-        return per_sm * _multiprocessors(device)
 
     def _persistent_resample_programs(self) -> int:
+        """``Config.resample_programs`` programs an SM (fewer on a GPU where fewer fit at once, by
+        the compiled kernel's registers and shared memory), times the SMs; 0 (the grid) where
+        that is not fewer than the grid's programs, with draft logits, or past
+        :data:`PERSISTENT_MAX_REQS` requests."""
         c = self.config
         if not c.resample_programs or self.has_draft_logits or self.num_reqs > PERSISTENT_MAX_REQS:
             return 0
-        args = self._resample_persistent_args()
-        programs = self._persistent_programs(c.resample_programs, _resample_persistent_kernel, args, c.resample_warps)
+        device = self.target_logits.device
+        per_sm = c.resample_programs
+        if device.type == "cuda":
+            compiled = _resample_persistent_kernel.warmup(**self._resample_persistent_args(), grid=(1,))
+            per_sm = min(per_sm, _programs_per_multiprocessor(compiled, c.resample_warps, device))
+        programs = per_sm * _multiprocessors(device)
         return programs if programs < self.num_reqs * self.resample_tiles else 0
-
-    def _persistent_stats_programs(self) -> int:
-        c = self.config
-        if not c.stats_programs:
-            return 0
-        args = {**self._stats_args(), **self._stats_persistent_args()}
-        programs = self._persistent_programs(c.stats_programs, _stats_persistent_kernel, args, c.stats_warps)
-        return min(programs, self.num_reqs * self.k * self.stats_tiles)
 
     def stages(self) -> list[tuple[str, Callable[[], None]]]:
         """The kernel launches of one call, in order (names from ``specsample.schema.STAGES``)."""
         if self.num_reqs == 0:
             return []
-        if self.streaming:
-            # "stats" is the stream kernel: the stats, rejection and resample passes (and the insert)
-            return [("stats", self._stream)] + ([] if self.config.stream_insert else [("insert", self._insert)])
         stages = [("stats", self._stats)]
         if self.use_block_verification:
             stages.append(("cum_log_p", self._cumulative_log_p))
@@ -2154,13 +1673,8 @@ class Pipeline:
             seed_ptr=self.seed,
         )
 
-    # ---- 1. block stats of the rows something reads: (R * K, nb / stats_blocks) programs, or
-    # stats_persistent_programs looping over those tiles
+    # ---- 1. block stats of the rows something reads: (R * K, nb / stats_blocks) programs
     def _stats(self) -> None:
-        if self.stats_persistent_programs:
-            programs = self.stats_persistent_programs
-            _stats_persistent_kernel[(programs,)](**self._stats_args(), **self._stats_persistent_args())
-            return
         _stats_kernel[(self.num_reqs * self.k, self.stats_tiles)](**self._stats_args(), GROUPS=self.k)
 
     def _stats_args(self) -> dict:
@@ -2181,69 +1695,6 @@ class Pipeline:
             PDL=self.dependent_launch,
             num_warps=c.stats_warps,
         )
-
-    # ---- 1, 4, 5 as one kernel (Config.stream)
-    def _stream(self) -> None:
-        c = self.config
-        residual = self.use_block_verification and self.has_draft_logits and self.k > 1
-        residual_tiles = triton.cdiv(self.num_blocks, c.residual_blocks)
-        per_req = self.k * self.stats_tiles + ((self.k - 1) * residual_tiles if residual else 0) + self.resample_tiles
-        programs = self.num_reqs * per_req
-        lag = min(c.stream_lag, self.num_reqs) if c.stream_lag else self.num_reqs
-        # halvings that find a ticket's step among R + (phases - 1) * lag steps (0: lag = R)
-        steps = self.num_reqs + (2 if residual else 1) * lag
-        bisect_steps = 0 if lag == self.num_reqs else steps.bit_length()
-        _stream_kernel[(programs,)](
-            **self._logits(),
-            draft_sampled_ptr=self.draft_sampled,
-            pos_ptr=self.pos,
-            cu_num_logits_ptr=self.cu_num_logits,
-            idx_mapping_ptr=self.idx_mapping,
-            temperature_ptr=self.temperature,
-            seed_ptr=self.seed,
-            target_local_argmax_ptr=self.target_local_argmax,
-            **self._partials(),
-            vocab_size=self.vocab_size,
-            sampled_ptr=self.sampled,
-            sampled_stride=self.sampled.stride(0),
-            num_sampled_ptr=self.num_sampled,
-            plan_ptr=self.plan,
-            **self._plan(),
-            local_residual_mass_ptr=self.local_residual_mass,
-            cumulative_log_p_ptr=self.cumulative_log_p,
-            row_lse_ptr=self.row_lse,
-            synthetic_conditional_rates_ptr=self.rates,
-            resampled_mass_ptr=self.resampled_mass,
-            resampled_argmax_ptr=self.resampled_argmax,
-            resampled_stride=self.num_blocks,
-            counters_ptr=self.stream_counters,
-            num_reqs=self.num_reqs,
-            stats_tiles=self.stats_tiles,
-            residual_tiles=residual_tiles,
-            resample_tiles=self.resample_tiles,
-            lag=lag,
-            HAS_DRAFT_LOGITS=self.has_draft_logits,
-            SYNTHETIC_MODE=self.synthetic,
-            USE_BLOCK=self.use_block_verification,
-            RESIDUAL=residual,
-            K_P2=self.k_p2,
-            NB_P2=self.nb_p2,
-            GROUPS=self.k,
-            SUB=c.stats_blocks,
-            RESIDUAL_SUB=c.residual_blocks,
-            RESAMPLE_SUB=c.resample_blocks,
-            BLOCK=SAMPLE_BLOCK,
-            BISECT_STEPS=bisect_steps,
-            TICKETS=c.stream_tickets,
-            FUSED_INSERT=c.stream_insert,
-            PDL=self.dependent_launch,
-            num_warps=REQUEST_WARPS,
-            **({"maxnreg": c.stream_registers} if c.stream_registers else {}),
-        )
-
-    def _stats_persistent_args(self) -> dict:
-        rows = self.num_reqs * self.k
-        return dict(num_rows=rows, num_tiles=rows * self.stats_tiles, GROUPS=self.k, STAGES=self.config.stats_stages)
 
     # ---- 2. prefix joint ratios in fp64, and each real row's LSEs (block verification)
     def _cumulative_log_p(self) -> None:

@@ -68,18 +68,14 @@ def _global_argmax(
     local_stride,
     num_blocks,
     NUM_BLOCKS_P2: tl.constexpr,
-    PAST_L1: tl.constexpr = False,
 ):
     # NaN block maxima become -inf first: otherwise argmax may pick a padded block (spec 6.8).
-    # PAST_L1: load with ".cg" (express's stream kernel reads partials other programs wrote). A
-    # bool: Triton 3.6 cannot compile a call that leaves a str constexpr to its default.
-    cache: tl.constexpr = ".cg" if PAST_L1 else ""
     offs = tl.arange(0, NUM_BLOCKS_P2)
     mask = offs < num_blocks
-    m = tl.load(local_max_ptr + row * local_stride + offs, mask=mask, other=float("-inf"), cache_modifier=cache)
+    m = tl.load(local_max_ptr + row * local_stride + offs, mask=mask, other=float("-inf"))
     m = tl.where(m != m, float("-inf"), m)
     best = tl.argmax(m, 0, tie_break_left=True)
-    return tl.load(local_argmax_ptr + row * local_stride + best, cache_modifier=cache)
+    return tl.load(local_argmax_ptr + row * local_stride + best)
 
 
 @triton.jit
