@@ -276,7 +276,7 @@ def main(argv=None) -> None:
     ap.add_argument(
         "--dependent-launch",
         action="store_true",
-        help="compile as on an sm_90 GPU with Config.dependent_launch (a CPU pipeline launches without it)",
+        help="compile as on an sm_90 GPU, with programmatic dependent launch (a CPU pipeline launches without it)",
     )
     args = ap.parse_args(argv)
     w = Workload(

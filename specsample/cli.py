@@ -1002,7 +1002,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="NAME=BASE:FIELD=VALUE,...",
         help="an extra candidate: BASE (fast: large, small or tiny; express: large or small) with those "
         "Config fields replaced, e.g. w8=large:stats_warps=8, or with --sampler express "
-        "r2=small:resample_blocks=2 (repeatable)",
+        "b8=small:stats_blocks=8 (repeatable)",
     )
     t.add_argument(
         "--stages",

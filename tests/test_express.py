@@ -431,11 +431,9 @@ def test_reference_independent_of_batch_layout(mode, draft):
 CONFIGS = {
     "small": express.SMALL_BATCH_CONFIG,  # fused insert
     "large": express.LARGE_BATCH_CONFIG,  # insert kernel
-    # in stream order (no programmatic dependent launch, which the others use on an sm_90 GPU)
-    "narrow": express.Config(
-        stats_blocks=1, stats_warps=2, residual_warps=2, resample_warps=8, fused_insert=True, dependent_launch=False
-    ),
-    "wide": express.Config(stats_blocks=8, stats_warps=4, residual_warps=8, resample_warps=2),
+    # stats programs of one and of eight sampling blocks
+    "narrow": express.Config(stats_blocks=1, stats_warps=2, fused_insert=True),
+    "wide": express.Config(stats_blocks=8),
     # the persistent resample pass with one program an SM (two programs on a CPU): each loops over
     # tiles of several requests
     "persistent": express.Config(resample_programs=1),
@@ -446,7 +444,7 @@ CONFIGS = {
 def test_configuration_changes_no_draw(device, draft):
     """The launch geometry (the only thing R selects) never changes a token: V = 8193 is five
     sampling blocks, so stats programs of 1, 2, 4 and 8 blocks cut it differently; the insert is
-    fused into the resample kernel or not; the kernels launch dependently or in stream order."""
+    fused into the resample kernel or not; the resample pass is a grid or persistent."""
     w = Workload(
         num_reqs=3,
         num_speculative_steps=2,
@@ -497,8 +495,8 @@ def test_default_config_follows_the_batch_size():
     assert stages == ["stats", "rejection", "resample"]
     with pytest.raises(ValueError, match="stats_blocks"):
         express.Config(stats_blocks=3)
-    with pytest.raises(ValueError, match="resample_warps"):
-        express.Config(resample_warps=3)
+    with pytest.raises(ValueError, match="stats_warps"):
+        express.Config(stats_warps=3)
     with pytest.raises(ValueError, match="resample_programs"):
         express.Config(resample_programs=33)
     with pytest.raises(ValueError, match="resample_programs"):

@@ -5,7 +5,7 @@ verification, synthetic rates, ``-1`` placeholders, draft logits or one-hot draf
 same acceptance uniforms (word 0 of Philox keyed by the request's seed and the row's position),
 so it accepts what mrv2 accepts. It differs in how the recovered / bonus token is drawn: not by
 a Gumbel-max over every vocabulary entry (one Philox evaluation and two logarithms per entry,
-most of ``fast``'s resample time, notes/performance.md), but by **two-level inverse-transform
+most of ``fast``'s resample time), but by **two-level inverse-transform
 sampling** over a fixed partition of the vocabulary into blocks of :data:`SAMPLE_BLOCK` entries:
 
 * level 1: one block ``b`` with probability ``m_b / Z`` (``m_b`` the block's mass of the
@@ -75,7 +75,7 @@ Kernels (grid; launched when), stage names as :data:`specsample.schema.STAGES`:
                                     configuration the resample kernel's last program per request
                                     does it (``Config.fused_insert``, fast's scheme and counter)
 
-Dependent launch (``Config.dependent_launch``, on an sm_90 GPU or later): every kernel after stats
+Dependent launch (on an sm_90 GPU or later): every kernel after stats
 is launched with programmatic stream serialization, so its programs start while the kernel before
 still runs; they load what the call's inputs alone give (request metadata, tokens, positions, the
 drafts' logits, the rows the residual-mass pass reads), then wait (``griddepcontrol.wait``) for
@@ -129,6 +129,13 @@ def _needs_row_pass(plan):
 # tiles spread over 128 threads. Not a Config field: it sets the reduction tree of those LSEs
 # (fp64 sums, so ulps at most), and a configuration must not reach a draw even by an ulp.
 REQUEST_WARPS = 4
+# Geometry that no configuration varies: residual-mass programs of 2 sampling blocks (fast's
+# 4096 entries), resample programs of 1 (fast's 2048), and 4 warps for the residual-mass,
+# resample and insert programs (the insert, or the resample kernel's last program, picks within
+# one block).
+RESIDUAL_BLOCKS = 2
+RESAMPLE_BLOCKS = 1
+TILE_WARPS = 4
 
 
 @dataclass(frozen=True)
@@ -137,30 +144,20 @@ class Config:
 
     stats_blocks: int = 2  # sampling blocks per stats program (4096 entries: fast's large-batch stats)
     stats_warps: int = 4
-    residual_blocks: int = 2  # sampling blocks per residual-mass program (fast's 4096)
-    residual_warps: int = 4
-    resample_blocks: int = 1  # sampling blocks per resample program (fast's 2048)
-    resample_warps: int = 4
-    insert_warps: int = 4  # insert (or the resample kernel's last program): one block's level 2
     fused_insert: bool = False  # the resample kernel's last program per request inserts (fast's scheme)
     # With one-hot drafts, the resample pass as at most this many programs an SM (fewer if fewer
     # fit at once), looping over the tiles of the requests whose plan needs it (0: one program a
-    # tile, the (R, nb / resample_blocks) grid). Used where the grid would be larger and R <=
+    # tile, the (R, nb / RESAMPLE_BLOCKS) grid). Used where the grid would be larger and R <=
     # PERSISTENT_MAX_REQS; not with fused_insert (which counts the programs of a request). With
     # draft logits always the grid: every rejected request's residual row is read there, and the
-    # persistent pass read rows 29-32% slower than the grid (H200, session 16).
+    # persistent pass read rows 29-32% slower than the grid on an H200.
     resample_programs: int = 0
-    # Programmatic dependent launch (sm_90 and up; ignored elsewhere): each kernel after stats is
-    # launched while the one before it runs, does its input-only loads, then waits for it.
-    dependent_launch: bool = True
 
     def __post_init__(self) -> None:
-        for name in ("stats_blocks", "residual_blocks", "resample_blocks"):
-            if getattr(self, name) not in (1, 2, 4, 8):
-                raise ValueError(f"{name}: expected 1, 2, 4 or 8, got {getattr(self, name)}")
-        for name in ("stats_warps", "residual_warps", "resample_warps", "insert_warps"):
-            if getattr(self, name) not in (1, 2, 4, 8, 16, 32):
-                raise ValueError(f"{name}: expected a power of two in [1, 32], got {getattr(self, name)}")
+        if self.stats_blocks not in (1, 2, 4, 8):
+            raise ValueError(f"stats_blocks: expected 1, 2, 4 or 8, got {self.stats_blocks}")
+        if self.stats_warps not in (1, 2, 4, 8, 16, 32):
+            raise ValueError(f"stats_warps: expected a power of two in [1, 32], got {self.stats_warps}")
         if not 0 <= self.resample_programs <= 32:
             raise ValueError(f"resample_programs: expected 0 to 32 programs an SM, got {self.resample_programs}")
         if self.resample_programs and self.fused_insert:
@@ -219,8 +216,8 @@ def default_config(num_reqs: int, dependent_launch: bool = False) -> Config:
     """The configuration used when none is given (R is known on the host: no device sync).
 
     With dependent launch the large configuration at every R: the insert kernel's launch then
-    overlaps the resample kernel, and the fused insert's count costs more than it saves (tune,
-    session 12: standard R=1 18.2 us large against 19.0 small). Without it, ``small`` below
+    overlaps the resample kernel, and the fused insert's count costs more than it saves
+    (``specsample tune``, standard R=1: 18.2 us large against 19.0 small). Without it, ``small`` below
     :data:`SMALL_BATCH_BELOW` requests."""
     if dependent_launch or num_reqs >= SMALL_BATCH_BELOW:
         return LARGE_BATCH_CONFIG
@@ -238,8 +235,7 @@ def _launch_dependents(PDL: tl.constexpr):
     # program of this one has passed here or exited (it waits in _wait_for_prior before reading
     # our output). Only programs with work call it (an exit counts as the trigger): first in
     # every program, exit-only ones included, it made the large stats kernel at phi = 1 (R = 128,
-    # standard: all of its 19k programs exit at once) 13.7 -> 24.9 us on the H200
-    # (notes/performance.md, session 12).
+    # standard: all of its 19k programs exit at once) 24.9 us instead of 13.7 on an H200.
     if PDL:
         tl.extra.cuda.gdc_launch_dependents()
 
@@ -328,10 +324,10 @@ def _sample_block(r, v, NC: tl.constexpr, CHUNK_: tl.constexpr):
     # shuffles, shared memory and barriers, and they run one after another): one scan gives the
     # inclusive and exclusive prefixes of the chunk masses; the chunk's key, its mass and its
     # exclusive prefix ("before": a sum of chunk sums, as the reference's, in the scan's order)
-    # come out of one min-reduction (they were three); and every chunk's entries get their fp64
-    # prefix, total and key inside their own warp, so the entry's pick is one min over the tile
-    # masked to row j (before: chunk j's entries reduced out of the tile across warps, converted
-    # to a vector, scanned and picked).
+    # come out of one min-reduction, not three; and every chunk's entries get their fp64 prefix,
+    # total and key inside their own warp, so the entry's pick is one min over the tile masked to
+    # row j, rather than chunk j's entries reduced out of the tile across warps, converted to a
+    # vector, scanned and picked.
     chunk_mass = tl.sum(r, 1).to(tl.float64)
     c = tl.arange(0, NC)
     incl, excl, chunk_mass = tl.associative_scan((chunk_mass, tl.zeros_like(chunk_mass), chunk_mass), 0, _prefix_pair)
@@ -453,7 +449,7 @@ def _inverse(temperature):
 def _first_index_of(x, row_max, BLOCK: tl.constexpr):
     # Per row of [n, BLOCK] x (no NaN: mapped to -inf before), the first index holding row_max,
     # as argmax(tie_break_left) gives it, by two plain reductions instead of one over (value,
-    # index) pairs (session 15: greedy stats 80.9 -> 74.8 us at R = 128). An all -inf row gives 0.
+    # index) pairs (greedy stats at R = 128: 74.8 us against 80.9). An all -inf row gives 0.
     return tl.min(tl.where(x == row_max[:, None], tl.arange(0, BLOCK)[None, :], BLOCK), 1)
 
 
@@ -503,7 +499,7 @@ def _stats_partials(
         e = tl.where(x == float("-inf"), 0.0, tl.exp(x - block_max[:, None]))
         tl.store(target_local_sumexp_ptr + out, _chunked_sum(e, SUB, BLOCK), mask=bmask)
         # Not for row 0 read for its target alone: its draft arithmetic on an empty tile made each
-        # such program as long as a tested row's (R = 128, phi = 1: stats 13.7 -> 41 us, session 16).
+        # such program as long as a tested row's (R = 128, phi = 1: stats 41 us instead of 13.7).
         if HAS_DRAFT_LOGITS and j < first:
             y = _finite_or_neg_inf(y_raw.to(tl.float32) * _inverse(temperature))
             d_max = tl.max(y, 1)
@@ -1219,13 +1215,13 @@ def _resample_persistent_kernel(
     # Config.resample_programs an SM), looping over the tiles of the requests whose plan needs a
     # row pass: the (R, TILES) grid launches a program for every tile, and for greedy and
     # one-hot batches, where few requests need the pass, nearly all of them only exit (7.3 us of
-    # 9,600 programs at R = 128, notes/performance.md). Every program reads the R plans and
+    # 9,600 programs at R = 128). Every program reads the R plans and
     # lists the requests with work (in request order); tile f of that list (request e = f //
     # TILES, tile f % TILES of its row) goes to program f mod G, so the programs at work at
     # once read consecutive tiles as the grid's do, and every program has the grid's latency
     # chain per tile (its tiles are one after another; the grid's concurrency comes from G being
-    # as many programs as fit). A run of consecutive tiles a program instead (session 16's
-    # first try) left programs idle and cost 50% where rows are read. Even so a program's tiles
+    # as many programs as fit). A run of consecutive tiles a program instead leaves programs
+    # idle and cost 50% where rows are read. Even so a program's tiles
     # one after another read rows 29-32% slower than the grid's programs (draft-logits
     # residuals, H200): so the pipeline runs it for one-hot drafts only, whose pass reads only
     # the bonus / placeholder rows of the requests that accepted every draft. The same tiles by
@@ -1287,9 +1283,9 @@ def _block_masses(
     # first argmax, at [R, nb] offset ``base``.
     # Every load comes before any use, and every use is inside the plan's branch: ptxas issues a
     # load at the end of the block before its first use, so with the target's log-mass computed
-    # before the branch, the draft tile was loaded once the target's had arrived, and the
-    # temperature and LSEs once both had: 6 dependent load rounds a program, now 3 (sm_90 SASS;
-    # H200, R = 128, standard phi = 0: the pass 40.7 -> 32.3 us, session 17).
+    # before the branch, the draft tile would load only once the target's had arrived, and the
+    # temperature and LSEs once both had: 6 dependent load rounds a program instead of 3 (sm_90
+    # SASS; H200, R = 128, standard phi = 0: the pass 40.7 us instead of 32.3).
     resampled_mass_ptr, resampled_argmax_ptr = resampled
     target_logits_ptr, target_logits_stride, draft_logits_ptr, draft_logits_stride_0, draft_logits_stride_1 = logits
     blocks = tile * SUB + tl.arange(0, SUB)
@@ -1553,9 +1549,8 @@ class Pipeline:
         device = target_logits.device
         # Programmatic dependent launch needs sm_90 (Hopper) or later; on CPU (Triton's
         # interpreter) and older GPUs the kernels run in plain stream order, the same draws.
-        can_launch_dependently = supports_dependent_launch(device)
-        self.config = config or default_config(self.num_reqs, can_launch_dependently)
-        self.dependent_launch = self.config.dependent_launch and can_launch_dependently
+        self.dependent_launch = supports_dependent_launch(device)
+        self.config = config or default_config(self.num_reqs, self.dependent_launch)
         if self.config.fused_insert and (triton.cdiv(vocab_size, SAMPLE_BLOCK) >= 1 << 15 or self.k >= 1 << 15):
             # the fused insert counts programs in num_sampled's high 16 bits, tau in the low ones
             raise ValueError(f"express: V={vocab_size} or K={self.k} is too large for Config.fused_insert")
@@ -1564,7 +1559,7 @@ class Pipeline:
         self.nb_p2 = triton.next_power_of_2(self.num_blocks)
         self.k_p2 = triton.next_power_of_2(max(self.k, 1))
         self.stats_tiles = triton.cdiv(self.num_blocks, self.config.stats_blocks)
-        self.resample_tiles = triton.cdiv(self.num_blocks, self.config.resample_blocks)
+        self.resample_tiles = triton.cdiv(self.num_blocks, RESAMPLE_BLOCKS)
         n, nb, r = self.num_logits, self.num_blocks, self.num_reqs
         f32 = dict(dtype=torch.float32, device=device)
         f64 = dict(dtype=torch.float64, device=device)
@@ -1618,7 +1613,7 @@ class Pipeline:
         per_sm = c.resample_programs
         if device.type == "cuda":
             compiled = _resample_persistent_kernel.warmup(**self._resample_persistent_args(), grid=(1,))
-            per_sm = min(per_sm, _programs_per_multiprocessor(compiled, c.resample_warps, device))
+            per_sm = min(per_sm, _programs_per_multiprocessor(compiled, TILE_WARPS, device))
         programs = per_sm * _multiprocessors(device)
         return programs if programs < self.num_reqs * self.resample_tiles else 0
 
@@ -1717,8 +1712,7 @@ class Pipeline:
 
     # ---- 3. residual masses of rows 1..K-1 (block verification, draft logits)
     def _residual_mass(self) -> None:
-        c = self.config
-        _residual_mass_kernel[(self.num_reqs * (self.k - 1), triton.cdiv(self.num_blocks, c.residual_blocks))](
+        _residual_mass_kernel[(self.num_reqs * (self.k - 1), triton.cdiv(self.num_blocks, RESIDUAL_BLOCKS))](
             **self._logits(),
             draft_sampled_ptr=self.draft_sampled,
             cumulative_log_p_ptr=self.cumulative_log_p,
@@ -1732,10 +1726,10 @@ class Pipeline:
             vocab_size=self.vocab_size,
             K_P2=self.k_p2,
             GROUPS=self.k - 1,
-            SUB=c.residual_blocks,
+            SUB=RESIDUAL_BLOCKS,
             BLOCK=SAMPLE_BLOCK,
             PDL=self.dependent_launch,
-            num_warps=c.residual_warps,
+            num_warps=TILE_WARPS,
             launch_pdl=self.dependent_launch,
         )
 
@@ -1789,11 +1783,11 @@ class Pipeline:
             HAS_DRAFT_LOGITS=self.has_draft_logits,
             FUSED_INSERT=c.fused_insert,
             NUM_PROGRAMS=programs,
-            SUB=c.resample_blocks,
+            SUB=RESAMPLE_BLOCKS,
             NB_P2=self.nb_p2,
             BLOCK=SAMPLE_BLOCK,
             PDL=self.dependent_launch,
-            num_warps=c.resample_warps,
+            num_warps=TILE_WARPS,
             launch_pdl=self.dependent_launch,
         )
 
@@ -1815,10 +1809,10 @@ class Pipeline:
             TILES=self.resample_tiles,
             R_P2=triton.next_power_of_2(self.num_reqs),
             HAS_DRAFT_LOGITS=self.has_draft_logits,
-            SUB=self.config.resample_blocks,
+            SUB=RESAMPLE_BLOCKS,
             BLOCK=SAMPLE_BLOCK,
             PDL=self.dependent_launch,
-            num_warps=self.config.resample_warps,
+            num_warps=TILE_WARPS,
             launch_pdl=self.dependent_launch,
             maxnreg=PERSISTENT_RESAMPLE_REGISTERS,
         )
@@ -1842,7 +1836,7 @@ class Pipeline:
             NB_P2=self.nb_p2,
             BLOCK=SAMPLE_BLOCK,
             PDL=self.dependent_launch,
-            num_warps=self.config.insert_warps,
+            num_warps=TILE_WARPS,
             launch_pdl=self.dependent_launch,
         )
 

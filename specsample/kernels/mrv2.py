@@ -703,7 +703,7 @@ class Pipeline:
     and so the [N, nb] partials' layout) and ``resample_block_size`` let a subclass tune them;
     the defaults are mrv2's.
 
-    How close to vLLM's own kernels (``notes/performance.md``, replica fidelity):
+    How close to vLLM's own kernels:
     ``fused_reduction`` takes a block's max and argmax in one reduction, as vLLM's kernels do;
     ``log1p="libdevice"`` evaluates log(1 - u) with libdevice's ``log1p`` (the series of
     :func:`_log1m` stands in under the interpreter); ``nan_guard=False`` drops the one deliberate
