@@ -1014,7 +1014,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--before",
         action="append",
         metavar="[NAME=]MODULE",
-        help="another fast.py (or express.py with --sampler express), importable as this module, timed in "
+        help="another fast.py (or express package with --sampler express), importable as this module, timed in "
         "its own defaults as NAME ('before' when not given), e.g. specsample.kernels._fast_before from "
         "`git show REF:specsample/kernels/fast.py`; repeatable, to time several variants in one measurement",
     )

@@ -44,7 +44,8 @@ from stats import FALSE_FAILURE, assert_follows
 from test_fuzz import _apply, cases
 
 from specsample import measure, semantics, subjects
-from specsample.kernels import express
+from specsample.kernels import common, express
+from specsample.kernels.express import streams
 from specsample.reference import express as ref
 from specsample.reference import mrv2 as mrv2_ref
 from specsample.reference import philox
@@ -95,9 +96,9 @@ def _stream_probe(seed_ptr, pos_ptr, out_u_ptr, out_row_ptr, out_block_ptr, NB: 
     block = tl.program_id(1)
     seed = tl.load(seed_ptr + i)
     position = tl.load(pos_ptr + i)
-    tl.store(out_u_ptr + i, express._uniform(seed, position))
-    tl.store(out_row_ptr + i, express._row_uniform(seed, position))
-    tl.store(out_block_ptr + i * NB + block, express._block_uniform(seed, position, block))
+    tl.store(out_u_ptr + i, common._uniform(seed, position))
+    tl.store(out_row_ptr + i, streams._row_uniform(seed, position))
+    tl.store(out_block_ptr + i * NB + block, streams._block_uniform(seed, position, block))
 
 
 def test_stream_matches_reference(device):
@@ -123,7 +124,7 @@ def test_stream_matches_reference(device):
 def _pick_probe(w_ptr, u_ptr, out_ptr, SIZE: tl.constexpr):
     i = tl.program_id(0)
     w = tl.load(w_ptr + i * SIZE + tl.arange(0, SIZE))
-    index, total = express._pick(w, tl.load(u_ptr + i), SIZE)
+    index, total = streams._pick(w, tl.load(u_ptr + i), SIZE)
     tl.store(out_ptr + i, index)
 
 
@@ -530,7 +531,7 @@ def test_persistent_resample_matches_reference(device, mode, monkeypatch):
     three sampling blocks), and requests whose plan needs no row pass (greedy rejections,
     one-hot residuals, d_1 a placeholder) are left out of the list. One-hot drafts: with draft
     logits the pipeline keeps the grid (checked last)."""
-    monkeypatch.setattr(express, "_multiprocessors", lambda device: 2)
+    monkeypatch.setattr(express.pipeline, "_multiprocessors", lambda device: 2)
     w, inputs = _persistent_batch(mode, 7, 4100, device, seed=31, greedy_fraction=0.3)
     config = express.Config(resample_programs=1)
     assert express.Pipeline(**inputs, config=config).resample_persistent_programs == 2
@@ -551,7 +552,7 @@ def test_first_placeholder_reads_row_zero_in_stats(device):
     pipe.target_local_max.fill_(float("nan"))
     pipe.run()
     assert not torch.isnan(pipe.target_local_max[inputs["cu_num_logits"][:-1].long()]).any()
-    assert (pipe.plan == express.PLAN_TARGET_DRAWN.value).all()  # level 1 drawn by the rejection kernel
+    assert (pipe.plan == express.rejection.PLAN_TARGET_DRAWN.value).all()  # level 1 drawn by the rejection kernel
     _assert_same(emitted(pipe.sampled, pipe.num_sampled), emitted(*ref.rejection_sample(**inputs)))
 
 

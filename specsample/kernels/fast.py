@@ -57,7 +57,7 @@ import triton.language as tl
 from triton.language.extra import libdevice
 
 from . import mrv2
-from .mrv2 import MIN_UNIFORM, _log1m, _resampled_token
+from .common import MIN_UNIFORM, _log1m, _request_rows, _resampled_token
 
 
 @dataclass(frozen=True)
@@ -135,21 +135,6 @@ def _gumbel_noise(seed, offset, FAST_LOG: tl.constexpr):
 # ---------------------------------------------------------------------------------------------
 # Which rows of a request are read (kernels 1 and 3)
 # ---------------------------------------------------------------------------------------------
-
-
-@triton.jit
-def _request_rows(cu_num_logits_ptr, draft_sampled_ptr, req, K_P2: tl.constexpr):
-    # A request's first row, its number of drafts n and the local position of its first
-    # placeholder f: row start + j tests draft d_{j+1} = draft_sampled[start + 1 + j], so f is the
-    # first j with d_{j+1} = -1 (n if none). The drafts load as independent scalars, last first
-    # so that the first placeholder wins: no cross-warp reduction on the way to the logits load.
-    start = tl.load(cu_num_logits_ptr + req).to(tl.int64)
-    num_drafts = (tl.load(cu_num_logits_ptr + req + 1) - 1).to(tl.int64) - start
-    first = num_drafts
-    for i in tl.static_range(K_P2 - 1, -1, -1):
-        d = tl.load(draft_sampled_ptr + start + 1 + i, mask=i < num_drafts, other=0)
-        first = tl.where(d < 0, i, first)
-    return start, num_drafts, first
 
 
 # ---------------------------------------------------------------------------------------------

@@ -32,15 +32,12 @@ import triton
 import triton.language as tl
 from triton.language.extra import libdevice
 
+from .common import MIN_UNIFORM, _global_argmax, _log1m, _resampled_token, _uniform
+
 # Vocab block of the stats and residual-mass kernels: one program reads 8192 logits.
 VOCAB_BLOCK_SIZE = 8192
 # Vocab block of the resample kernel: smaller, so R*rb programs fill the GPU at small R.
 RESAMPLE_BLOCK_SIZE = 1024
-# Smallest uniform: tl.rand can return exactly 0, and log(0) would make the standard test fail
-# open (and the Gumbel noise infinite); the clamp keeps log u finite (spec 3.8). The constant is
-# Triton's own scale, fp32(4.6566127342e-10) = 2**-31 * (1 - 2**-24), the smallest positive
-# value tl.rand returns (as specsample.reference.philox.RAND32_MIN).
-MIN_UNIFORM = tl.constexpr(4.6566127342e-10)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -61,31 +58,6 @@ def _global_lse(local_max_ptr, local_sumexp_ptr, row, local_stride, num_blocks, 
 
 
 @triton.jit
-def _global_argmax(
-    local_argmax_ptr,
-    local_max_ptr,
-    row,
-    local_stride,
-    num_blocks,
-    NUM_BLOCKS_P2: tl.constexpr,
-):
-    # NaN block maxima become -inf first: otherwise argmax may pick a padded block (spec 6.8).
-    offs = tl.arange(0, NUM_BLOCKS_P2)
-    mask = offs < num_blocks
-    m = tl.load(local_max_ptr + row * local_stride + offs, mask=mask, other=float("-inf"))
-    m = tl.where(m != m, float("-inf"), m)
-    best = tl.argmax(m, 0, tie_break_left=True)
-    return tl.load(local_argmax_ptr + row * local_stride + best)
-
-
-@triton.jit
-def _log1m(u):
-    # log(1 - u), accurate near u = 0 where fp32 rounds 1 - u to 1 (a log1p(-u) that also runs
-    # under the interpreter): series below 1e-3, whose truncation error is below u**4 / 4.
-    return tl.where(u < 1e-3, -u * (1.0 + u * (0.5 + u * (1.0 / 3.0))), tl.log(1.0 - u))
-
-
-@triton.jit
 def _log1m_of(u, LIBDEVICE_LOG1P: tl.constexpr):
     # log(1 - u): libdevice's log1p(-u) on the GPU (as vLLM's kernels take it), else the series
     # of _log1m (libdevice does not run under the interpreter).
@@ -93,13 +65,6 @@ def _log1m_of(u, LIBDEVICE_LOG1P: tl.constexpr):
         return libdevice.log1p(-u)
     else:
         return _log1m(u)
-
-
-@triton.jit
-def _uniform(seed, position):
-    # Acceptance uniform u = rand32(seed, pos), clamped away from 0 (spec 3.8).
-    u = tl.rand(seed, position.to(tl.int32))
-    return tl.maximum(u, MIN_UNIFORM)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -673,18 +638,6 @@ def _insert_kernel(
         "",
     )
     tl.store(sampled_ptr + req * sampled_stride + tau, token)
-
-
-@triton.jit
-def _resampled_token(
-    local_argmax_ptr, local_max_ptr, offset, num_blocks, NUM_BLOCKS_P2: tl.constexpr, CACHE: tl.constexpr
-):
-    # The token of the first block whose maximum is largest; NaN maxima count as -inf (spec 3.7).
-    offs = tl.arange(0, NUM_BLOCKS_P2)
-    m = tl.load(local_max_ptr + offset + offs, mask=offs < num_blocks, other=float("-inf"), cache_modifier=CACHE)
-    m = tl.where(m != m, float("-inf"), m)
-    best = tl.argmax(m, 0, tie_break_left=True)
-    return tl.load(local_argmax_ptr + offset + best, cache_modifier=CACHE)
 
 
 # ---------------------------------------------------------------------------------------------
