@@ -780,23 +780,35 @@ class Pipeline:
             stage()
         return self.sampled, self.num_sampled
 
-    # ---- 1. block stats of every non-bonus row
-    def _stats(self) -> None:
-        _local_stats_kernel[(self.num_logits, self.num_blocks)](
+    def _logits(self) -> dict:
+        # [N, V] target and [max_num_reqs, K, V_d] draft logits, as every kernel takes them
+        return dict(
             target_logits_ptr=self.target_logits,
             target_logits_stride=self.target_logits.stride(0),
             draft_logits_ptr=self.draft_arg,
             draft_logits_stride_0=self.draft_strides[0],
             draft_logits_stride_1=self.draft_strides[1],
-            expanded_idx_mapping_ptr=self.expanded_idx_mapping,
-            expanded_local_pos_ptr=self.expanded_local_pos,
-            temperature_ptr=self.temperature,
-            target_local_argmax_ptr=self.target_local_argmax,
+        )
+
+    def _partials(self) -> dict:
+        # the [N, nb] stats partials (target and draft block max and sum-exp)
+        return dict(
             target_local_max_ptr=self.target_local_max,
             target_local_sumexp_ptr=self.target_local_sumexp,
             draft_local_max_ptr=self.draft_local_max,
             draft_local_sumexp_ptr=self.draft_local_sumexp,
             local_stride=self.num_blocks,
+        )
+
+    # ---- 1. block stats of every non-bonus row
+    def _stats(self) -> None:
+        _local_stats_kernel[(self.num_logits, self.num_blocks)](
+            **self._logits(),
+            expanded_idx_mapping_ptr=self.expanded_idx_mapping,
+            expanded_local_pos_ptr=self.expanded_local_pos,
+            temperature_ptr=self.temperature,
+            target_local_argmax_ptr=self.target_local_argmax,
+            **self._partials(),
             vocab_size=self.vocab_size,
             num_speculative_steps=self.k,
             HAS_DRAFT_LOGITS=self.has_draft_logits,
@@ -809,20 +821,12 @@ class Pipeline:
     # ---- 2. prefix joint ratios log p_i (block verification)
     def _cumulative_log_p(self) -> None:
         _cumulative_log_p_kernel[(self.num_reqs,)](
-            target_logits_ptr=self.target_logits,
-            target_logits_stride=self.target_logits.stride(0),
-            draft_logits_ptr=self.draft_arg,
-            draft_logits_stride_0=self.draft_strides[0],
-            draft_logits_stride_1=self.draft_strides[1],
+            **self._logits(),
             draft_sampled_ptr=self.draft_sampled,
             cu_num_logits_ptr=self.cu_num_logits,
             idx_mapping_ptr=self.idx_mapping,
             temperature_ptr=self.temperature,
-            target_local_max_ptr=self.target_local_max,
-            target_local_sumexp_ptr=self.target_local_sumexp,
-            draft_local_max_ptr=self.draft_local_max,
-            draft_local_sumexp_ptr=self.draft_local_sumexp,
-            local_stride=self.num_blocks,
+            **self._partials(),
             num_blocks=self.num_blocks,
             cumulative_log_p_ptr=self.cumulative_log_p,
             HAS_DRAFT_LOGITS=self.has_draft_logits,
@@ -834,20 +838,12 @@ class Pipeline:
     # ---- 3. residual mass per vocab block (block verification with draft logits)
     def _residual_mass(self) -> None:
         _residual_mass_kernel[(self.num_logits, self.num_blocks)](
-            target_logits_ptr=self.target_logits,
-            target_logits_stride=self.target_logits.stride(0),
-            draft_logits_ptr=self.draft_arg,
-            draft_logits_stride_0=self.draft_strides[0],
-            draft_logits_stride_1=self.draft_strides[1],
+            **self._logits(),
             draft_sampled_ptr=self.draft_sampled,
             expanded_idx_mapping_ptr=self.expanded_idx_mapping,
             expanded_local_pos_ptr=self.expanded_local_pos,
             temperature_ptr=self.temperature,
-            target_local_max_ptr=self.target_local_max,
-            target_local_sumexp_ptr=self.target_local_sumexp,
-            draft_local_max_ptr=self.draft_local_max,
-            draft_local_sumexp_ptr=self.draft_local_sumexp,
-            local_stride=self.num_blocks,
+            **self._partials(),
             num_blocks=self.num_blocks,
             cumulative_log_p_ptr=self.cumulative_log_p,
             local_residual_mass_ptr=self.local_residual_mass,
@@ -871,11 +867,7 @@ class Pipeline:
             num_sampled_ptr=self.num_sampled,
             target_rejected_lse_ptr=self.target_rejected_lse,
             draft_rejected_lse_ptr=self.draft_rejected_lse,
-            target_logits_ptr=self.target_logits,
-            target_logits_stride=self.target_logits.stride(0),
-            draft_logits_ptr=self.draft_arg,
-            draft_logits_stride_0=self.draft_strides[0],
-            draft_logits_stride_1=self.draft_strides[1],
+            **self._logits(),
             draft_sampled_ptr=self.draft_sampled,
             pos_ptr=self.pos,
             cu_num_logits_ptr=self.cu_num_logits,
@@ -909,11 +901,7 @@ class Pipeline:
             num_sampled_ptr=self.num_sampled,
             target_rejected_lse_ptr=self.target_rejected_lse,
             draft_rejected_lse_ptr=self.draft_rejected_lse,
-            target_logits_ptr=self.target_logits,
-            target_logits_stride=self.target_logits.stride(0),
-            draft_logits_ptr=self.draft_arg,
-            draft_logits_stride_0=self.draft_strides[0],
-            draft_logits_stride_1=self.draft_strides[1],
+            **self._logits(),
             draft_sampled_ptr=self.draft_sampled,
             pos_ptr=self.pos,
             cumulative_log_p_ptr=self.cumulative_log_p,

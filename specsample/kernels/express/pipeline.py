@@ -265,18 +265,39 @@ class Pipeline:
             num_blocks=self.num_blocks,
         )
 
-    def _plan(self) -> dict:
-        return dict(plan_block_ptr=self.plan_block, plan_lse_ptr=self.plan_lse, plan_scale_ptr=self.plan_scale)
+    def _outputs(self) -> dict:
+        return dict(
+            sampled_ptr=self.sampled,
+            sampled_stride=self.sampled.stride(0),
+            num_sampled_ptr=self.num_sampled,
+            plan_ptr=self.plan,
+            plan_block_ptr=self.plan_block,
+            plan_lse_ptr=self.plan_lse,
+            plan_scale_ptr=self.plan_scale,
+        )
 
-    def _request(self) -> dict:
+    def _rows(self) -> dict:
         return dict(
             draft_sampled_ptr=self.draft_sampled,
-            pos_ptr=self.pos,
             cu_num_logits_ptr=self.cu_num_logits,
             idx_mapping_ptr=self.idx_mapping,
             temperature_ptr=self.temperature,
-            seed_ptr=self.seed,
         )
+
+    def _request(self) -> dict:
+        return dict(**self._rows(), pos_ptr=self.pos, seed_ptr=self.seed)
+
+    def _resampled(self) -> dict:
+        return dict(
+            resampled_mass_ptr=self.resampled_mass,
+            resampled_argmax_ptr=self.resampled_argmax,
+            resampled_stride=self.num_blocks,
+            num_blocks=self.num_blocks,
+        )
+
+    def _launch(self, num_warps: int) -> dict:
+        # every kernel after stats is launched dependently where the device allows it
+        return dict(PDL=self.dependent_launch, num_warps=num_warps, launch_pdl=self.dependent_launch)
 
     # ---- 1. block stats of the rows something reads: (R * K, nb / stats_blocks) programs
     def _stats(self) -> None:
@@ -286,10 +307,7 @@ class Pipeline:
         c = self.config
         return dict(
             **self._logits(),
-            draft_sampled_ptr=self.draft_sampled,
-            cu_num_logits_ptr=self.cu_num_logits,
-            idx_mapping_ptr=self.idx_mapping,
-            temperature_ptr=self.temperature,
+            **self._rows(),
             target_local_argmax_ptr=self.target_local_argmax,
             **self._partials(),
             vocab_size=self.vocab_size,
@@ -305,31 +323,23 @@ class Pipeline:
     def _cumulative_log_p(self) -> None:
         _cumulative_log_p_kernel[(self.num_reqs,)](
             **self._logits(),
-            draft_sampled_ptr=self.draft_sampled,
-            cu_num_logits_ptr=self.cu_num_logits,
-            idx_mapping_ptr=self.idx_mapping,
-            temperature_ptr=self.temperature,
+            **self._rows(),
             **self._partials(),
             cumulative_log_p_ptr=self.cumulative_log_p,
             row_lse_ptr=self.row_lse,
             HAS_DRAFT_LOGITS=self.has_draft_logits,
             K_P2=self.k_p2,
             NB_P2=self.nb_p2,
-            PDL=self.dependent_launch,
-            num_warps=REQUEST_WARPS,
-            launch_pdl=self.dependent_launch,
+            **self._launch(REQUEST_WARPS),
         )
 
     # ---- 3. residual masses of rows 1..K-1 (block verification, draft logits)
     def _residual_mass(self) -> None:
         _residual_mass_kernel[(self.num_reqs * (self.k - 1), triton.cdiv(self.num_blocks, RESIDUAL_BLOCKS))](
             **self._logits(),
-            draft_sampled_ptr=self.draft_sampled,
+            **self._rows(),
             cumulative_log_p_ptr=self.cumulative_log_p,
             row_lse_ptr=self.row_lse,
-            cu_num_logits_ptr=self.cu_num_logits,
-            idx_mapping_ptr=self.idx_mapping,
-            temperature_ptr=self.temperature,
             local_residual_mass_ptr=self.local_residual_mass,
             local_stride=self.num_blocks,
             num_blocks=self.num_blocks,
@@ -338,19 +348,13 @@ class Pipeline:
             GROUPS=self.k - 1,
             SUB=RESIDUAL_BLOCKS,
             BLOCK=SAMPLE_BLOCK,
-            PDL=self.dependent_launch,
-            num_warps=TILE_WARPS,
-            launch_pdl=self.dependent_launch,
+            **self._launch(TILE_WARPS),
         )
 
     # ---- 4. accept/reject: tau into num_sampled; the plan, and level 1 where masses are known
     def _rejection(self) -> None:
         _rejection_kernel[(self.num_reqs,)](
-            sampled_ptr=self.sampled,
-            sampled_stride=self.sampled.stride(0),
-            num_sampled_ptr=self.num_sampled,
-            plan_ptr=self.plan,
-            **self._plan(),
+            **self._outputs(),
             **self._logits(),
             **self._request(),
             target_local_argmax_ptr=self.target_local_argmax,
@@ -365,9 +369,7 @@ class Pipeline:
             K_P2=self.k_p2,
             NB_P2=self.nb_p2,
             BLOCK=SAMPLE_BLOCK,
-            PDL=self.dependent_launch,
-            num_warps=REQUEST_WARPS,
-            launch_pdl=self.dependent_launch,
+            **self._launch(REQUEST_WARPS),
         )
 
     # ---- 5. block masses of the rows not known yet (with the fused insert: and the insert)
@@ -378,15 +380,8 @@ class Pipeline:
             return
         programs = self.resample_tiles
         _resample_kernel[(self.num_reqs, programs)](
-            sampled_ptr=self.sampled,
-            sampled_stride=self.sampled.stride(0),
-            resampled_mass_ptr=self.resampled_mass,
-            resampled_argmax_ptr=self.resampled_argmax,
-            resampled_stride=self.num_blocks,
-            num_blocks=self.num_blocks,
-            num_sampled_ptr=self.num_sampled,
-            plan_ptr=self.plan,
-            **self._plan(),
+            **self._outputs(),
+            **self._resampled(),
             **self._logits(),
             **self._request(),
             vocab_size=self.vocab_size,
@@ -396,17 +391,12 @@ class Pipeline:
             SUB=RESAMPLE_BLOCKS,
             NB_P2=self.nb_p2,
             BLOCK=SAMPLE_BLOCK,
-            PDL=self.dependent_launch,
-            num_warps=TILE_WARPS,
-            launch_pdl=self.dependent_launch,
+            **self._launch(TILE_WARPS),
         )
 
     def _resample_persistent_args(self) -> dict:
         return dict(
-            resampled_mass_ptr=self.resampled_mass,
-            resampled_argmax_ptr=self.resampled_argmax,
-            resampled_stride=self.num_blocks,
-            num_blocks=self.num_blocks,
+            **self._resampled(),
             num_sampled_ptr=self.num_sampled,
             plan_ptr=self.plan,
             plan_lse_ptr=self.plan_lse,
@@ -421,33 +411,22 @@ class Pipeline:
             HAS_DRAFT_LOGITS=self.has_draft_logits,
             SUB=RESAMPLE_BLOCKS,
             BLOCK=SAMPLE_BLOCK,
-            PDL=self.dependent_launch,
-            num_warps=TILE_WARPS,
-            launch_pdl=self.dependent_launch,
+            **self._launch(TILE_WARPS),
             maxnreg=PERSISTENT_RESAMPLE_REGISTERS,
         )
 
     # ---- 6. level 1 where not drawn yet, level 2 in the chosen block; num_sampled = tau + 1
     def _insert(self) -> None:
         _insert_kernel[(self.num_reqs,)](
-            sampled_ptr=self.sampled,
-            sampled_stride=self.sampled.stride(0),
-            num_sampled_ptr=self.num_sampled,
-            plan_ptr=self.plan,
-            **self._plan(),
-            resampled_mass_ptr=self.resampled_mass,
-            resampled_argmax_ptr=self.resampled_argmax,
-            resampled_stride=self.num_blocks,
-            num_blocks=self.num_blocks,
+            **self._outputs(),
+            **self._resampled(),
             **self._logits(),
             **self._request(),
             vocab_size=self.vocab_size,
             HAS_DRAFT_LOGITS=self.has_draft_logits,
             NB_P2=self.nb_p2,
             BLOCK=SAMPLE_BLOCK,
-            PDL=self.dependent_launch,
-            num_warps=TILE_WARPS,
-            launch_pdl=self.dependent_launch,
+            **self._launch(TILE_WARPS),
         )
 
 
