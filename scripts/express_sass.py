@@ -41,10 +41,10 @@ from specsample.kernels import express, fast, mrv2
 from specsample.schema import OUR_SUBJECTS, parse_subject
 from specsample.workloads import Workload, make_inputs
 
-# Our subjects whose call is a pipeline of our kernels, and the modules those kernels live in
-# (fast and the mrv2 variants launch mrv2's too).
+# Our subjects whose call is a pipeline of our kernels, and the modules their launchers find
+# those kernels in (fast and the mrv2 variants launch mrv2's too).
 PIPELINE_SUBJECTS = [name for name in OUR_SUBJECTS if subjects.get(name).pipeline is not None]
-KERNEL_MODULES = (mrv2, fast, express)
+KERNEL_MODULES = (mrv2, fast, express.pipeline)
 
 BIN = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
 TARGET = GPUTarget("cuda", 90, 32)
@@ -276,7 +276,7 @@ def main(argv=None) -> None:
     ap.add_argument(
         "--dependent-launch",
         action="store_true",
-        help="compile as on an sm_90 GPU with Config.dependent_launch (a CPU pipeline launches without it)",
+        help="compile as on an sm_90 GPU, with programmatic dependent launch (a CPU pipeline launches without it)",
     )
     args = ap.parse_args(argv)
     w = Workload(

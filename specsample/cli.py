@@ -1002,7 +1002,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="NAME=BASE:FIELD=VALUE,...",
         help="an extra candidate: BASE (fast: large, small or tiny; express: large or small) with those "
         "Config fields replaced, e.g. w8=large:stats_warps=8, or with --sampler express "
-        "r2=small:resample_blocks=2 (repeatable)",
+        "b8=small:stats_blocks=8 (repeatable)",
     )
     t.add_argument(
         "--stages",
@@ -1014,7 +1014,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--before",
         action="append",
         metavar="[NAME=]MODULE",
-        help="another fast.py (or express.py with --sampler express), importable as this module, timed in "
+        help="another fast.py (or express package with --sampler express), importable as this module, timed in "
         "its own defaults as NAME ('before' when not given), e.g. specsample.kernels._fast_before from "
         "`git show REF:specsample/kernels/fast.py`; repeatable, to time several variants in one measurement",
     )

@@ -44,7 +44,8 @@ from stats import FALSE_FAILURE, assert_follows
 from test_fuzz import _apply, cases
 
 from specsample import measure, semantics, subjects
-from specsample.kernels import express
+from specsample.kernels import common, express
+from specsample.kernels.express import streams
 from specsample.reference import express as ref
 from specsample.reference import mrv2 as mrv2_ref
 from specsample.reference import philox
@@ -95,9 +96,9 @@ def _stream_probe(seed_ptr, pos_ptr, out_u_ptr, out_row_ptr, out_block_ptr, NB: 
     block = tl.program_id(1)
     seed = tl.load(seed_ptr + i)
     position = tl.load(pos_ptr + i)
-    tl.store(out_u_ptr + i, express._uniform(seed, position))
-    tl.store(out_row_ptr + i, express._row_uniform(seed, position))
-    tl.store(out_block_ptr + i * NB + block, express._block_uniform(seed, position, block))
+    tl.store(out_u_ptr + i, common._uniform(seed, position))
+    tl.store(out_row_ptr + i, streams._row_uniform(seed, position))
+    tl.store(out_block_ptr + i * NB + block, streams._block_uniform(seed, position, block))
 
 
 def test_stream_matches_reference(device):
@@ -123,7 +124,7 @@ def test_stream_matches_reference(device):
 def _pick_probe(w_ptr, u_ptr, out_ptr, SIZE: tl.constexpr):
     i = tl.program_id(0)
     w = tl.load(w_ptr + i * SIZE + tl.arange(0, SIZE))
-    index, total = express._pick(w, tl.load(u_ptr + i), SIZE)
+    index, total = streams._pick(w, tl.load(u_ptr + i), SIZE)
     tl.store(out_ptr + i, index)
 
 
@@ -431,20 +432,12 @@ def test_reference_independent_of_batch_layout(mode, draft):
 CONFIGS = {
     "small": express.SMALL_BATCH_CONFIG,  # fused insert
     "large": express.LARGE_BATCH_CONFIG,  # insert kernel
-    # in stream order (no programmatic dependent launch, which the others use on an sm_90 GPU)
-    "narrow": express.Config(
-        stats_blocks=1, stats_warps=2, residual_warps=2, resample_warps=8, fused_insert=True, dependent_launch=False
-    ),
-    "wide": express.Config(stats_blocks=8, stats_warps=4, residual_warps=8, resample_warps=2),
+    # stats programs of one and of eight sampling blocks
+    "narrow": express.Config(stats_blocks=1, stats_warps=2, fused_insert=True),
+    "wide": express.Config(stats_blocks=8),
     # the persistent resample pass with one program an SM (two programs on a CPU): each loops over
     # tiles of several requests
     "persistent": express.Config(resample_programs=1),
-    # Config.stream: one kernel by tickets, then the insert; with the insert inside and a lag of
-    # two requests between a request's stats and its resample tiles
-    "stream": express.Config(stream=True),
-    "stream-lag": express.Config(stream=True, stream_insert=True, stream_lag=2),
-    # the persistent stats pass, its loads two tiles deep (a CPU's two programs take every other tile)
-    "persistent-stats": express.Config(stats_programs=1, stats_stages=2),
 }
 
 
@@ -452,7 +445,7 @@ CONFIGS = {
 def test_configuration_changes_no_draw(device, draft):
     """The launch geometry (the only thing R selects) never changes a token: V = 8193 is five
     sampling blocks, so stats programs of 1, 2, 4 and 8 blocks cut it differently; the insert is
-    fused into the resample kernel or not; the kernels launch dependently or in stream order."""
+    fused into the resample kernel or not; the resample pass is a grid or persistent."""
     w = Workload(
         num_reqs=3,
         num_speculative_steps=2,
@@ -503,16 +496,12 @@ def test_default_config_follows_the_batch_size():
     assert stages == ["stats", "rejection", "resample"]
     with pytest.raises(ValueError, match="stats_blocks"):
         express.Config(stats_blocks=3)
-    with pytest.raises(ValueError, match="resample_warps"):
-        express.Config(resample_warps=3)
+    with pytest.raises(ValueError, match="stats_warps"):
+        express.Config(stats_warps=3)
     with pytest.raises(ValueError, match="resample_programs"):
         express.Config(resample_programs=33)
     with pytest.raises(ValueError, match="resample_programs"):
         express.Config(resample_programs=4, fused_insert=True)
-    with pytest.raises(ValueError, match="stats_programs"):
-        express.Config(stats_programs=-1)
-    with pytest.raises(ValueError, match="stats_stages"):
-        express.Config(stats_stages=0)
 
 
 def _persistent_batch(
@@ -542,108 +531,13 @@ def test_persistent_resample_matches_reference(device, mode, monkeypatch):
     three sampling blocks), and requests whose plan needs no row pass (greedy rejections,
     one-hot residuals, d_1 a placeholder) are left out of the list. One-hot drafts: with draft
     logits the pipeline keeps the grid (checked last)."""
-    monkeypatch.setattr(express, "_multiprocessors", lambda device: 2)
+    monkeypatch.setattr(express.pipeline, "_multiprocessors", lambda device: 2)
     w, inputs = _persistent_batch(mode, 7, 4100, device, seed=31, greedy_fraction=0.3)
     config = express.Config(resample_programs=1)
     assert express.Pipeline(**inputs, config=config).resample_persistent_programs == 2
     _check(inputs, config=config)
     logits = make_inputs(replace(w, draft="logits"), device=device)
     assert express.Pipeline(**logits, config=config).resample_persistent_programs == 0
-
-
-@pytest.mark.parametrize(
-    "mode,draft,tickets,insert,lag",
-    [
-        ("greedy", "logits", True, False, 0),
-        ("standard", "logits", True, False, 0),
-        ("standard", "one-hot", True, False, 2),
-        ("synthetic", "logits", True, False, 0),
-        ("standard", "logits", False, False, 1),
-        ("greedy", "logits", True, True, 2),
-        ("standard", "logits", True, True, 3),
-        ("standard", "one-hot", False, True, 0),
-        # block verification: cum_log_p in the stats tail, then (draft logits) a residual-mass phase
-        ("block", "logits", True, False, 0),
-        ("block", "logits", True, True, 2),
-        ("block", "one-hot", True, True, 1),
-        ("block", "logits", False, False, 3),
-    ],
-)
-def test_stream_kernel_matches_reference(device, mode, draft, tickets, insert, lag):
-    """Config.stream: every pass but the insert as one kernel whose programs take tickets
-    (or, tickets=False, their program ids), then the insert (or, insert=True, the request's last
-    resample tile inserts: one kernel in all); lag > 0 tickets a request's resample tiles after
-    the stats tiles of the request lag places later, instead of after every stats tile. The
-    reference's draws on a batch of greedy and sampled requests (one greedy with no draft: no
-    stats tile of its own counts), random placeholders and ragged rows; the counters are back at
-    0 after each call, and a second call (a CUDA graph's replay) draws the same tokens."""
-    w = Workload(
-        num_reqs=6,
-        num_speculative_steps=3,
-        vocab_size=6200,
-        mode=mode,
-        draft=draft,
-        placeholder_pattern="random",
-        placeholder_density=0.3,
-        greedy_fraction=0.3,
-        ragged=True,
-        seed=34,
-    )
-    inputs = make_inputs(w, device=device)
-    cu = inputs["cu_num_logits"]
-    greedy = inputs["temperature"][inputs["idx_mapping"]] == 0
-    assert (greedy & (cu[1:] - cu[:-1] == 1)).any()  # a greedy request with no draft: no row read
-    config = express.Config(stream=True, stream_tickets=tickets, stream_insert=insert, stream_lag=lag)
-    pipe = express.Pipeline(**inputs, config=config)
-    assert [name for name, _ in pipe.stages()] == ["stats"] + ([] if insert else ["insert"])
-    first = emitted(*pipe.run())
-    _assert_same(first, emitted(*ref.rejection_sample(**inputs)))
-    assert not pipe.stream_counters.any()
-    assert emitted(*pipe.run()) == first
-    assert not pipe.stream_counters.any()
-    with pytest.raises(ValueError, match="stream"):
-        express.Config(stream=True, fused_insert=True)
-    with pytest.raises(ValueError, match="stream_lag"):
-        express.Config(stream=True, stream_lag=-1)
-    with pytest.raises(ValueError, match="no stats_programs"):
-        express.Config(stream=True, stats_programs=1)
-
-
-@pytest.mark.parametrize("mode,draft", [("greedy", "logits"), ("standard", "one-hot"), ("block", "logits")])
-def test_persistent_stats_writes_the_grids_partials(device, mode, draft, monkeypatch):
-    """The stats pass as two looping programs (two multiprocessors, one program each) writes the
-    same partials as the grid, bit for bit, and only where the grid writes them (rows nobody
-    reads keep their sentinel), on a batch with greedy requests, placeholders and ragged
-    requests; and the call then emits the reference's tokens."""
-    monkeypatch.setattr(express, "_multiprocessors", lambda device: 2)
-    w = Workload(
-        num_reqs=5,
-        num_speculative_steps=3,
-        vocab_size=6200,
-        mode=mode,
-        draft=draft,
-        placeholder_pattern="random",
-        placeholder_density=0.3,
-        greedy_fraction=0.3,
-        ragged=True,
-        seed=33,
-    )
-    inputs = make_inputs(w, device=device)
-    pipes = {}
-    for name, config in [("grid", express.LARGE_BATCH_CONFIG), ("persistent", express.Config(stats_programs=1))]:
-        pipe = express.Pipeline(**inputs, config=config)
-        partials = [pipe.target_local_max, pipe.target_local_sumexp, pipe.target_local_argmax]
-        partials += [pipe.draft_local_max, pipe.draft_local_sumexp] if pipe.has_draft_logits else []
-        for buffer in partials:
-            buffer.fill_(-7)
-        dict(pipe.stages())["stats"]()
-        pipes[name] = (pipe, partials)
-    assert pipes["grid"][0].stats_persistent_programs == 0
-    assert pipes["persistent"][0].stats_persistent_programs == 2
-    for grid, persistent in zip(pipes["grid"][1], pipes["persistent"][1], strict=True):
-        assert torch.equal(grid, persistent)
-    assert (pipes["grid"][1][0] == -7).any()  # some rows are read by nobody
-    _check(inputs, config=express.Config(stats_programs=1))
 
 
 def test_first_placeholder_reads_row_zero_in_stats(device):
@@ -658,7 +552,7 @@ def test_first_placeholder_reads_row_zero_in_stats(device):
     pipe.target_local_max.fill_(float("nan"))
     pipe.run()
     assert not torch.isnan(pipe.target_local_max[inputs["cu_num_logits"][:-1].long()]).any()
-    assert (pipe.plan == express.PLAN_TARGET_DRAWN.value).all()  # level 1 drawn by the rejection kernel
+    assert (pipe.plan == express.rejection.PLAN_TARGET_DRAWN.value).all()  # level 1 drawn by the rejection kernel
     _assert_same(emitted(pipe.sampled, pipe.num_sampled), emitted(*ref.rejection_sample(**inputs)))
 
 
@@ -1011,8 +905,8 @@ def test_reference_marginals_large(draft):
         ("block", "logits", "small"),
         ("standard", "one-hot", "large"),
         ("greedy", "one-hot", "persistent"),
-        ("block", "logits", "stream"),
-        ("standard", "logits", "stream-lag"),
+        ("block", "one-hot", "wide"),
+        ("standard", "logits", "narrow"),
     ],
 )
 def test_stage_calls_time_each_kernel_alone(device, mode, draft, config):
@@ -1152,25 +1046,20 @@ def test_layout_independence_at_production_size():
 
 
 @pytest.mark.parametrize(
-    "mode,draft,target_dtype,draft_dtype,settings,kernels",
+    "mode,draft,target_dtype,draft_dtype,kernels",
     [
         # stats, cum_log_p, residual_mass, rejection, resample, insert
-        ("block", "logits", "bfloat16", "float16", [], 6),
-        ("standard", "one-hot", "float16", "bfloat16", [], 4),  # the persistent resample kernel (R x 75 tiles > 2 x 32)
-        ("greedy", "logits", "bfloat16", "float32", [], 4),
-        ("standard", "logits", "bfloat16", "bfloat16", ["stream=True", "stream_registers=72"], 2),  # stream, insert
-        ("block", "logits", "bfloat16", "float16", ["stream=True", "stream_insert=True", "stream_lag=8"], 1),
-        ("standard", "logits", "bfloat16", "bfloat16", ["stats_programs=4", "stats_stages=3"], 4),  # persistent stats
+        ("block", "logits", "bfloat16", "float16", 6),
+        ("standard", "one-hot", "float16", "bfloat16", 4),  # the persistent resample kernel (R x 75 tiles > 2 x 32)
+        ("greedy", "logits", "bfloat16", "float32", 4),
     ],
 )
-def test_kernels_compile_for_sm90(mode, draft, target_dtype, draft_dtype, settings, kernels):
+def test_kernels_compile_for_sm90(mode, draft, target_dtype, draft_dtype, kernels):
     """Every kernel of a call compiles for sm_90 with 16-bit logits. The interpreter runs a kernel
     without the compiler's type checks: a bf16 tile redefined as fp32 in both arms of an ``if``
-    passed every CPU test and failed to compile on the H200 (session 17). Compiled here on the
-    CPU with Triton's bundled ptxas (``scripts/express_sass.py``, no GPU needed)."""
+    passes every CPU test and fails to compile on a GPU. Compiled here on the CPU with Triton's
+    bundled ptxas (``scripts/express_sass.py``, no GPU needed)."""
     args = ["--mode", mode, "--draft", draft, "--reqs", "4", "--config", "large"]
     args += ["--target-dtype", target_dtype, "--draft-dtype", draft_dtype, "--dependent-launch"]
-    compiled = compile_for_sm90(args + [arg for setting in settings for arg in ("--set", setting)])
+    compiled = compile_for_sm90(args)
     assert len(compiled) == kernels, compiled
-    assert (compiled[0] == "_stream_kernel") == ("stream=True" in settings)
-    assert (compiled[0] == "_stats_persistent_kernel") == any(s.startswith("stats_programs") for s in settings)

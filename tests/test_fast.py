@@ -36,8 +36,6 @@ ROW_CONFIGS = {
     "rows2": fast.Config(stats_block=256, stats_warps=2, stats_rows=2),
     "rows4-speculative": fast.Config(stats_block=128, stats_rows=4, speculative_load=True),
     "rows8": fast.Config(stats_block=512, stats_rows=8),  # more rows than K: one program per request
-    "rows2-late-draft": fast.Config(stats_block=256, stats_rows=2, early_draft_load=False),
-    "speculative-late-draft": fast.Config(stats_block=128, speculative_load=True, early_draft_load=False),
 }
 
 
@@ -120,13 +118,11 @@ def test_default_config_follows_the_batch_size(device):
     "config",
     [
         fast.Config(stats_block=256, stats_warps=2, resample_block=128, resample_warps=1),
-        fast.Config(stats_block=128, resample_block=512, fast_log=False),
+        fast.Config(stats_block=128, resample_block=512),
         fast.Config(stats_block=256, stats_rows=2, speculative_load=True),  # K=3: a half-full tile
         fast.Config(stats_block=128, stats_warps=2, stats_rows=4),
         fast.Config(stats_block=256, resample_block=128, resample_loop=3),  # 700 = 1.8 spans of 384
         fast.Config(resample_block=128, resample_loop=2, fused_insert=True),  # 3 spans count to insert
-        fast.Config(stats_block=128, stats_warps=2, early_draft_load=False),
-        fast.Config(stats_block=256, stats_rows=4, early_draft_load=False),  # K=3: a 3/4-full tile
     ],
     ids=[
         "small-blocks",
@@ -135,8 +131,6 @@ def test_default_config_follows_the_batch_size(device):
         "rows4",
         "resample-loop3",
         "fused-insert-loop2",
-        "late-draft",
-        "rows4-late-draft",
     ],
 )
 @pytest.mark.parametrize(

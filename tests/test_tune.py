@@ -13,12 +13,12 @@ from specsample.workloads import bytes_required
 
 
 def test_candidate_replaces_fields_of_its_base():
-    name, config = tune.parse_candidate("w8=small:stats_warps=16,fast_log=false,resample_block=512")
+    name, config = tune.parse_candidate("w8=small:stats_warps=16,speculative_load=true,resample_block=512")
     assert name == "w8"
-    assert config.stats_warps == 16 and config.fast_log is False and config.resample_block == 512
+    assert config.stats_warps == 16 and config.speculative_load is True and config.resample_block == 512
     # the fields not named keep the base's values
     assert config.stats_block == fast.SMALL_BATCH_CONFIG.stats_block
-    assert config.speculative_load == fast.SMALL_BATCH_CONFIG.speculative_load
+    assert config.fused_insert == fast.SMALL_BATCH_CONFIG.fused_insert
     assert tune.parse_candidate("same=large")[1] == fast.LARGE_BATCH_CONFIG
 
 
@@ -54,19 +54,19 @@ def test_options_collect_candidates_stages_and_workloads():
 def test_express_candidates_are_express_configs():
     opts = tune.options(
         ["R1-standard-phi0", "R8-standard-phi0"],
-        ["r2=small:resample_blocks=2", "w8=large:stats_warps=8,resample_warps=8"],
-        "small,r2",
+        ["b8=small:stats_blocks=8", "w8=large:stats_warps=8,resample_programs=16"],
+        "small,b8",
         None,
         "express",
     )
     assert opts.sampler == "express" and opts.module is express
-    assert list(opts.candidates) == ["large", "small", "r2", "w8"]
+    assert list(opts.candidates) == ["large", "small", "b8", "w8"]
     assert opts.candidates["large"] == express.LARGE_BATCH_CONFIG
     assert opts.candidates["small"] == express.SMALL_BATCH_CONFIG
-    assert opts.candidates["r2"] == express.Config(**{**vars(express.SMALL_BATCH_CONFIG), "resample_blocks": 2})
-    assert opts.candidates["w8"].resample_warps == 8 and opts.candidates["w8"].stats_warps == 8
+    assert opts.candidates["b8"] == express.Config(**{**vars(express.SMALL_BATCH_CONFIG), "stats_blocks": 8})
+    assert opts.candidates["w8"].resample_programs == 16 and opts.candidates["w8"].stats_warps == 8
     assert not opts.candidates["w8"].fused_insert
-    assert opts.stage_candidates == ("small", "r2")
+    assert opts.stage_candidates == ("small", "b8")
     # fast stays the default sampler, and its bases are not express's
     assert tune.options().sampler == "fast" and tune.options().module is fast
 
@@ -98,8 +98,11 @@ def test_before_names_several_variants_and_their_stages():
         (dict(before="mrv2=specsample.kernels.fast"), "the name 'mrv2' is taken"),
         (dict(sampler="mrv2"), "--sampler: expected one of ['express', 'fast']"),
         (dict(candidates=["t=tiny"], sampler="express"), "base must be one of ['large', 'small']"),
-        (dict(candidates=["t=small:fast_log=false"], sampler="express"), "unknown Config fields ['fast_log']"),
-        (dict(candidates=["t=small:resample_blocks=2"]), "unknown Config fields ['resample_blocks']"),
+        (
+            dict(candidates=["t=small:speculative_load=true"], sampler="express"),
+            "unknown Config fields ['speculative_load']",
+        ),
+        (dict(candidates=["t=small:stats_blocks=2"]), "unknown Config fields ['stats_blocks']"),
     ],
 )
 def test_bad_options_say_which(kwargs, message):
@@ -118,11 +121,11 @@ def test_cli_refuses_bad_options_before_it_needs_a_gpu(capsys, monkeypatch, tmp_
     assert "specsample tune times kernels on a GPU" in capsys.readouterr().err
     assert not list(tmp_path.iterdir())
     # express: its candidates are checked before the GPU too
-    assert cli.main(["tune", "--sampler", "express", "--candidate", "r2=tiny:resample_blocks=2"]) == 2
+    assert cli.main(["tune", "--sampler", "express", "--candidate", "b8=tiny:stats_blocks=8"]) == 2
     assert "base must be one of ['large', 'small']" in capsys.readouterr().err
     assert cli.main(["tune", "--sampler", "express", "--before", "v2=specsample.schema"]) == 2
     assert "--before v2=specsample.schema: the module has no Pipeline" in capsys.readouterr().err
-    assert cli.main(["tune", "--sampler", "express", "--candidate", "r2=small:resample_blocks=2"]) == 2
+    assert cli.main(["tune", "--sampler", "express", "--candidate", "b8=small:stats_blocks=8"]) == 2
     assert "specsample tune times kernels on a GPU" in capsys.readouterr().err
     assert not list(tmp_path.iterdir())
 

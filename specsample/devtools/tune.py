@@ -10,14 +10,14 @@ kernel alone for mrv2 and the candidates named by ``--stages`` (on pipelines of 
 :func:`specsample.measure.stage_calls`: a stage timed on a pipeline that already ran insert
 would read tau + 1). It prints one line per workload, and each whole call's bandwidth fraction
 (``bytes_required`` over the median, over the copy bandwidth measured once at the start: the
-nightly tier's ``track_bandwidth_fraction``, issue 18's goal 3), and writes every median to JSON. This is
-how ``fast.default_config`` (and express's) is chosen (by hand, from these numbers); the runs and
-what was decided from them are recorded in ``notes/performance.md``.
+nightly tier's ``track_bandwidth_fraction``), and writes every median to JSON. This is how
+``fast.default_config`` (and express's) is chosen (by hand, from these numbers); the runs and
+what was decided from them are recorded in ``docs/performance-log.md``.
 
 The sampler's own configurations are always timed: fast's ``large``, ``small`` and ``tiny``, or
 express's ``large`` and ``small``. Other candidates are a named copy of one of them with some
 fields replaced: ``--candidate w8=large:stats_warps=8``, or with ``--sampler express``
-``--candidate r2=small:resample_blocks=2`` (``NAME=BASE:FIELD=VALUE,...``).
+``--candidate b8=small:stats_blocks=8`` (``NAME=BASE:FIELD=VALUE,...``).
 ``--before MODULE`` also times another module of the same sampler (an earlier commit's, or a
 kernel variant's) in its own default configuration, under the name ``before``; ``--before
 NAME=MODULE`` under ``NAME``, so that several variants are timed in one interleaved measurement
@@ -55,10 +55,10 @@ WORKLOADS = {
     "R16-block-phi0": Workload(num_reqs=16, mode="block", **BASE),
     "R32-standard-phi0": Workload(num_reqs=32, mode="standard", **BASE),
     "R32-block-phi0.5": Workload(num_reqs=32, mode="block", placeholder_density=0.5, **BASE),
-    # where programs that only exit start to cost (express's LOOP_FROM)
+    # where programs that only exit start to cost
     "R32-standard-phi1": Workload(num_reqs=32, mode="standard", placeholder_density=1.0, **BASE),
     "R64-standard-phi1": Workload(num_reqs=64, mode="standard", placeholder_density=1.0, **BASE),
-    # the Peers point where express is closest to FlashInfer (issue 18 goal 4: 2.83x of 3)
+    # the Peers point where express is closest to FlashInfer
     "R32-V32000-standard-phi0": Workload(num_reqs=32, mode="standard", num_speculative_steps=4, vocab_size=32000),
     # the base point and its placeholder densities (the goals' points, devtools/goals.json)
     "base-block-phi0": Workload(num_reqs=128, mode="block", **BASE),
@@ -69,7 +69,7 @@ WORKLOADS = {
     "base-standard-phi1": Workload(num_reqs=128, mode="standard", placeholder_density=1.0, **BASE),
     "base-greedy-phi0": Workload(num_reqs=128, mode="greedy", **BASE),
     "base-greedy-phi1": Workload(num_reqs=128, mode="greedy", placeholder_density=1.0, **BASE),
-    # one-hot drafts at the base point: issue 18 goal 2's other ratios (phi=1 / phi=0)
+    # one-hot drafts at the base point: the phi=1 / phi=0 ratios of one-hot drafts
     "base-standard-onehot-phi0": Workload(num_reqs=128, mode="standard", draft="one-hot", **BASE),
     "base-standard-onehot-phi1": Workload(
         num_reqs=128, mode="standard", draft="one-hot", placeholder_density=1.0, **BASE

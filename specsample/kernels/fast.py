@@ -3,7 +3,7 @@
 Same inputs, outputs, modes and Philox draws as :mod:`.mrv2` (so the same reference, draw for
 draw); it differs only in what it skips and how it evaluates the same numbers. Predictions and
 measurements behind each choice, and what was tried and not kept, are in
-``notes/performance.md``.
+``docs/performance-log.md``.
 
 1. **Stats and residual mass follow the valid drafts.** :func:`_stats_kernel` reads a
    non-greedy row ``j`` only if drafts ``d_1..d_{j+1}`` are all real (its own draft is tested
@@ -19,7 +19,7 @@ measurements behind each choice, and what was tried and not kept, are in
    ``Config.stats_rows`` rows, vocab block), finding the rows read from the request's drafts,
    loaded as independent scalars (:func:`_request_rows`): no program at all for bonus rows
    (stats) or row 0 (residual mass), which mrv2's (N, nb) grid launches only to exit.
-3. **Fast logarithms on the GPU** (``Config.fast_log``): the two logs of the Gumbel noise use
+3. **Fast logarithms on the GPU**: the two logs of the Gumbel noise use
    the hardware ``lg2.approx`` (relative error ~2**-22) instead of libdevice's ``logf``. This
    moves noise values by a few ulp, so a token can differ from the reference only where two
    candidates tie to within that; the tests bound such flips as they do for ``mrv2``. Off under
@@ -35,7 +35,7 @@ measurements behind each choice, and what was tried and not kept, are in
    low 16 bits); the request's last one takes the argmax over the partials and writes the token
    and tau + 1, as mrv2's insert kernel does: one launch fewer. From 32 requests up the count
    costs more than the launch, so large batches keep mrv2's insert.
-6. **The draft rows load with the target's** (``Config.early_draft_load``): the stats kernel
+6. **The draft rows load with the target's**: the stats kernel
    issues both loads before any reduction (a greedy row's draft load is masked off); after the
    target's reductions and stores the compiler may not move the draft load up past those stores.
 
@@ -57,13 +57,13 @@ import triton.language as tl
 from triton.language.extra import libdevice
 
 from . import mrv2
-from .mrv2 import MIN_UNIFORM, _log1m, _resampled_token
+from .common import MIN_UNIFORM, _log1m, _request_rows, _resampled_token
 
 
 @dataclass(frozen=True)
 class Config:
     """Tunables of the fast pipeline; :func:`default_config` picks one by batch size, from
-    ``specsample tune`` on the H200 (notes/performance.md)."""
+    ``specsample tune`` on an H200."""
 
     stats_block: int = 4096  # vocab entries per stats / residual-mass program and row
     stats_warps: int = 4
@@ -72,8 +72,6 @@ class Config:
     resample_block: int = 2048  # vocab entries per resample block
     resample_loop: int = 1  # resample blocks each program takes in turn
     resample_warps: int = 4
-    fast_log: bool = True  # hardware lg2.approx for the Gumbel noise (GPU only)
-    early_draft_load: bool = True  # stats: issue the draft rows' load with the target's
     fused_insert: bool = False  # the resample kernel's last program per request inserts
 
     def __post_init__(self) -> None:
@@ -139,21 +137,6 @@ def _gumbel_noise(seed, offset, FAST_LOG: tl.constexpr):
 # ---------------------------------------------------------------------------------------------
 
 
-@triton.jit
-def _request_rows(cu_num_logits_ptr, draft_sampled_ptr, req, K_P2: tl.constexpr):
-    # A request's first row, its number of drafts n and the local position of its first
-    # placeholder f: row start + j tests draft d_{j+1} = draft_sampled[start + 1 + j], so f is the
-    # first j with d_{j+1} = -1 (n if none). The drafts load as independent scalars, last first
-    # so that the first placeholder wins: no cross-warp reduction on the way to the logits load.
-    start = tl.load(cu_num_logits_ptr + req).to(tl.int64)
-    num_drafts = (tl.load(cu_num_logits_ptr + req + 1) - 1).to(tl.int64) - start
-    first = num_drafts
-    for i in tl.static_range(K_P2 - 1, -1, -1):
-        d = tl.load(draft_sampled_ptr + start + 1 + i, mask=i < num_drafts, other=0)
-        first = tl.where(d < 0, i, first)
-    return start, num_drafts, first
-
-
 # ---------------------------------------------------------------------------------------------
 # Kernel 1: local logits stats, only for rows something reads
 # ---------------------------------------------------------------------------------------------
@@ -190,7 +173,6 @@ def _stats_kernel(
     GROUPS: tl.constexpr,
     BLOCK_V: tl.constexpr,
     SPECULATIVE_LOAD: tl.constexpr,
-    EARLY_DRAFT_LOAD: tl.constexpr,
 ):
     # Program (req * GROUPS + g, b): rows j = g*ROWS .. g*ROWS + ROWS-1 of request req, one
     # [ROWS, BLOCK_V] tile of vocab block b. A greedy request reads rows j <= f (at the first
@@ -219,12 +201,12 @@ def _stats_kernel(
     read = j < num_read
     if not SPECULATIVE_LOAD:
         x = tl.load(t_ptrs, mask=read[:, None] & vmask[None, :], other=float("-inf"))
-    if HAS_DRAFT_LOGITS and EARLY_DRAFT_LOAD:
+    if HAS_DRAFT_LOGITS:
         # Issued with the target's load (nothing for a greedy row): below, after the target's
         # reductions and stores, the compiler may not move it up past those stores.
         d_ptrs = draft_logits_ptr + slot * draft_logits_stride_0 + j[:, None].to(tl.int64) * draft_logits_stride_1
         drafted = j < tl.where(temperature != 0.0, num_read, 0)
-        y_early = tl.load(d_ptrs + offs[None, :], mask=drafted[:, None] & vmask[None, :], other=float("-inf"))
+        y_raw = tl.load(d_ptrs + offs[None, :], mask=drafted[:, None] & vmask[None, :], other=float("-inf"))
 
     # ---- NaN is treated as -inf throughout (as mrv2)
     x = x.to(tl.float32)
@@ -239,14 +221,7 @@ def _stats_kernel(
         e = tl.where(x == float("-inf"), 0.0, tl.exp(x - block_max[:, None]))
         tl.store(target_local_sumexp_ptr + out, tl.sum(e, 1), mask=read)
         if HAS_DRAFT_LOGITS:
-            if EARLY_DRAFT_LOAD:
-                y = y_early.to(tl.float32) / temperature
-            else:
-                d_ptrs = (
-                    draft_logits_ptr + slot * draft_logits_stride_0 + j[:, None].to(tl.int64) * draft_logits_stride_1
-                )
-                y = tl.load(d_ptrs + offs[None, :], mask=read[:, None] & vmask[None, :], other=float("-inf"))
-                y = y.to(tl.float32) / temperature
+            y = y_raw.to(tl.float32) / temperature
             y = tl.where(y != y, float("-inf"), y)
             d_max = tl.max(y, 1)
             ey = tl.where(y == float("-inf"), 0.0, tl.exp(y - d_max[:, None]))
@@ -604,7 +579,7 @@ class Pipeline(mrv2.Pipeline):
                 f"fast: {self.num_resample_blocks} resample programs per request or K={self.k} "
                 "is too many; use a wider Config.resample_block"
             )
-        self.fast_log = c.fast_log and self.target_logits.device.type == "cuda" and not _interpreted()
+        self.fast_log = self.target_logits.device.type == "cuda" and not _interpreted()
         self.k_p2 = triton.next_power_of_2(max(self.k, 1))
 
     def stages(self) -> list[tuple[str, Callable[[], None]]]:
@@ -622,21 +597,13 @@ class Pipeline(mrv2.Pipeline):
         if groups == 0:
             return  # K = 0: no draft rows
         _stats_kernel[(self.num_reqs * groups, self.num_blocks)](
-            target_logits_ptr=self.target_logits,
-            target_logits_stride=self.target_logits.stride(0),
-            draft_logits_ptr=self.draft_arg,
-            draft_logits_stride_0=self.draft_strides[0],
-            draft_logits_stride_1=self.draft_strides[1],
+            **self._logits(),
             draft_sampled_ptr=self.draft_sampled,
             cu_num_logits_ptr=self.cu_num_logits,
             idx_mapping_ptr=self.idx_mapping,
             temperature_ptr=self.temperature,
             target_local_argmax_ptr=self.target_local_argmax,
-            target_local_max_ptr=self.target_local_max,
-            target_local_sumexp_ptr=self.target_local_sumexp,
-            draft_local_max_ptr=self.draft_local_max,
-            draft_local_sumexp_ptr=self.draft_local_sumexp,
-            local_stride=self.num_blocks,
+            **self._partials(),
             vocab_size=self.vocab_size,
             HAS_DRAFT_LOGITS=self.has_draft_logits,
             K_P2=self.k_p2,
@@ -644,7 +611,6 @@ class Pipeline(mrv2.Pipeline):
             GROUPS=groups,
             BLOCK_V=c.stats_block,
             SPECULATIVE_LOAD=c.speculative_load,
-            EARLY_DRAFT_LOAD=c.early_draft_load,
             num_warps=c.stats_warps,
         )
 
@@ -655,21 +621,13 @@ class Pipeline(mrv2.Pipeline):
         if groups <= 0:
             return  # K <= 1: the only draft row is row 0, whose residual is never read
         _residual_mass_kernel[(self.num_reqs * groups, self.num_blocks)](
-            target_logits_ptr=self.target_logits,
-            target_logits_stride=self.target_logits.stride(0),
-            draft_logits_ptr=self.draft_arg,
-            draft_logits_stride_0=self.draft_strides[0],
-            draft_logits_stride_1=self.draft_strides[1],
+            **self._logits(),
             draft_sampled_ptr=self.draft_sampled,
             cumulative_log_p_ptr=self.cumulative_log_p,
             cu_num_logits_ptr=self.cu_num_logits,
             idx_mapping_ptr=self.idx_mapping,
             temperature_ptr=self.temperature,
-            target_local_max_ptr=self.target_local_max,
-            target_local_sumexp_ptr=self.target_local_sumexp,
-            draft_local_max_ptr=self.draft_local_max,
-            draft_local_sumexp_ptr=self.draft_local_sumexp,
-            local_stride=self.num_blocks,
+            **self._partials(),
             num_blocks=self.num_blocks,
             local_residual_mass_ptr=self.local_residual_mass,
             vocab_size=self.vocab_size,
@@ -696,11 +654,7 @@ class Pipeline(mrv2.Pipeline):
             num_sampled_ptr=self.num_sampled,
             target_rejected_lse_ptr=self.target_rejected_lse,
             draft_rejected_lse_ptr=self.draft_rejected_lse,
-            target_logits_ptr=self.target_logits,
-            target_logits_stride=self.target_logits.stride(0),
-            draft_logits_ptr=self.draft_arg,
-            draft_logits_stride_0=self.draft_strides[0],
-            draft_logits_stride_1=self.draft_strides[1],
+            **self._logits(),
             draft_sampled_ptr=self.draft_sampled,
             pos_ptr=self.pos,
             cumulative_log_p_ptr=self.cumulative_log_p,

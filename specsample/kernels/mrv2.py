@@ -32,15 +32,12 @@ import triton
 import triton.language as tl
 from triton.language.extra import libdevice
 
+from .common import MIN_UNIFORM, _global_argmax, _log1m, _resampled_token, _uniform
+
 # Vocab block of the stats and residual-mass kernels: one program reads 8192 logits.
 VOCAB_BLOCK_SIZE = 8192
 # Vocab block of the resample kernel: smaller, so R*rb programs fill the GPU at small R.
 RESAMPLE_BLOCK_SIZE = 1024
-# Smallest uniform: tl.rand can return exactly 0, and log(0) would make the standard test fail
-# open (and the Gumbel noise infinite); the clamp keeps log u finite (spec 3.8). The constant is
-# Triton's own scale, fp32(4.6566127342e-10) = 2**-31 * (1 - 2**-24), the smallest positive
-# value tl.rand returns (as specsample.reference.philox.RAND32_MIN).
-MIN_UNIFORM = tl.constexpr(4.6566127342e-10)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -61,35 +58,6 @@ def _global_lse(local_max_ptr, local_sumexp_ptr, row, local_stride, num_blocks, 
 
 
 @triton.jit
-def _global_argmax(
-    local_argmax_ptr,
-    local_max_ptr,
-    row,
-    local_stride,
-    num_blocks,
-    NUM_BLOCKS_P2: tl.constexpr,
-    PAST_L1: tl.constexpr = False,
-):
-    # NaN block maxima become -inf first: otherwise argmax may pick a padded block (spec 6.8).
-    # PAST_L1: load with ".cg" (express's stream kernel reads partials other programs wrote). A
-    # bool: Triton 3.6 cannot compile a call that leaves a str constexpr to its default.
-    cache: tl.constexpr = ".cg" if PAST_L1 else ""
-    offs = tl.arange(0, NUM_BLOCKS_P2)
-    mask = offs < num_blocks
-    m = tl.load(local_max_ptr + row * local_stride + offs, mask=mask, other=float("-inf"), cache_modifier=cache)
-    m = tl.where(m != m, float("-inf"), m)
-    best = tl.argmax(m, 0, tie_break_left=True)
-    return tl.load(local_argmax_ptr + row * local_stride + best, cache_modifier=cache)
-
-
-@triton.jit
-def _log1m(u):
-    # log(1 - u), accurate near u = 0 where fp32 rounds 1 - u to 1 (a log1p(-u) that also runs
-    # under the interpreter): series below 1e-3, whose truncation error is below u**4 / 4.
-    return tl.where(u < 1e-3, -u * (1.0 + u * (0.5 + u * (1.0 / 3.0))), tl.log(1.0 - u))
-
-
-@triton.jit
 def _log1m_of(u, LIBDEVICE_LOG1P: tl.constexpr):
     # log(1 - u): libdevice's log1p(-u) on the GPU (as vLLM's kernels take it), else the series
     # of _log1m (libdevice does not run under the interpreter).
@@ -97,13 +65,6 @@ def _log1m_of(u, LIBDEVICE_LOG1P: tl.constexpr):
         return libdevice.log1p(-u)
     else:
         return _log1m(u)
-
-
-@triton.jit
-def _uniform(seed, position):
-    # Acceptance uniform u = rand32(seed, pos), clamped away from 0 (spec 3.8).
-    u = tl.rand(seed, position.to(tl.int32))
-    return tl.maximum(u, MIN_UNIFORM)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -679,18 +640,6 @@ def _insert_kernel(
     tl.store(sampled_ptr + req * sampled_stride + tau, token)
 
 
-@triton.jit
-def _resampled_token(
-    local_argmax_ptr, local_max_ptr, offset, num_blocks, NUM_BLOCKS_P2: tl.constexpr, CACHE: tl.constexpr
-):
-    # The token of the first block whose maximum is largest; NaN maxima count as -inf (spec 3.7).
-    offs = tl.arange(0, NUM_BLOCKS_P2)
-    m = tl.load(local_max_ptr + offset + offs, mask=offs < num_blocks, other=float("-inf"), cache_modifier=CACHE)
-    m = tl.where(m != m, float("-inf"), m)
-    best = tl.argmax(m, 0, tie_break_left=True)
-    return tl.load(local_argmax_ptr + offset + best, cache_modifier=CACHE)
-
-
 # ---------------------------------------------------------------------------------------------
 # Launcher
 # ---------------------------------------------------------------------------------------------
@@ -707,7 +656,7 @@ class Pipeline:
     and so the [N, nb] partials' layout) and ``resample_block_size`` let a subclass tune them;
     the defaults are mrv2's.
 
-    How close to vLLM's own kernels (``notes/performance.md``, replica fidelity):
+    How close to vLLM's own kernels:
     ``fused_reduction`` takes a block's max and argmax in one reduction, as vLLM's kernels do;
     ``log1p="libdevice"`` evaluates log(1 - u) with libdevice's ``log1p`` (the series of
     :func:`_log1m` stands in under the interpreter); ``nan_guard=False`` drops the one deliberate
@@ -831,23 +780,35 @@ class Pipeline:
             stage()
         return self.sampled, self.num_sampled
 
-    # ---- 1. block stats of every non-bonus row
-    def _stats(self) -> None:
-        _local_stats_kernel[(self.num_logits, self.num_blocks)](
+    def _logits(self) -> dict:
+        # [N, V] target and [max_num_reqs, K, V_d] draft logits, as every kernel takes them
+        return dict(
             target_logits_ptr=self.target_logits,
             target_logits_stride=self.target_logits.stride(0),
             draft_logits_ptr=self.draft_arg,
             draft_logits_stride_0=self.draft_strides[0],
             draft_logits_stride_1=self.draft_strides[1],
-            expanded_idx_mapping_ptr=self.expanded_idx_mapping,
-            expanded_local_pos_ptr=self.expanded_local_pos,
-            temperature_ptr=self.temperature,
-            target_local_argmax_ptr=self.target_local_argmax,
+        )
+
+    def _partials(self) -> dict:
+        # the [N, nb] stats partials (target and draft block max and sum-exp)
+        return dict(
             target_local_max_ptr=self.target_local_max,
             target_local_sumexp_ptr=self.target_local_sumexp,
             draft_local_max_ptr=self.draft_local_max,
             draft_local_sumexp_ptr=self.draft_local_sumexp,
             local_stride=self.num_blocks,
+        )
+
+    # ---- 1. block stats of every non-bonus row
+    def _stats(self) -> None:
+        _local_stats_kernel[(self.num_logits, self.num_blocks)](
+            **self._logits(),
+            expanded_idx_mapping_ptr=self.expanded_idx_mapping,
+            expanded_local_pos_ptr=self.expanded_local_pos,
+            temperature_ptr=self.temperature,
+            target_local_argmax_ptr=self.target_local_argmax,
+            **self._partials(),
             vocab_size=self.vocab_size,
             num_speculative_steps=self.k,
             HAS_DRAFT_LOGITS=self.has_draft_logits,
@@ -860,20 +821,12 @@ class Pipeline:
     # ---- 2. prefix joint ratios log p_i (block verification)
     def _cumulative_log_p(self) -> None:
         _cumulative_log_p_kernel[(self.num_reqs,)](
-            target_logits_ptr=self.target_logits,
-            target_logits_stride=self.target_logits.stride(0),
-            draft_logits_ptr=self.draft_arg,
-            draft_logits_stride_0=self.draft_strides[0],
-            draft_logits_stride_1=self.draft_strides[1],
+            **self._logits(),
             draft_sampled_ptr=self.draft_sampled,
             cu_num_logits_ptr=self.cu_num_logits,
             idx_mapping_ptr=self.idx_mapping,
             temperature_ptr=self.temperature,
-            target_local_max_ptr=self.target_local_max,
-            target_local_sumexp_ptr=self.target_local_sumexp,
-            draft_local_max_ptr=self.draft_local_max,
-            draft_local_sumexp_ptr=self.draft_local_sumexp,
-            local_stride=self.num_blocks,
+            **self._partials(),
             num_blocks=self.num_blocks,
             cumulative_log_p_ptr=self.cumulative_log_p,
             HAS_DRAFT_LOGITS=self.has_draft_logits,
@@ -885,20 +838,12 @@ class Pipeline:
     # ---- 3. residual mass per vocab block (block verification with draft logits)
     def _residual_mass(self) -> None:
         _residual_mass_kernel[(self.num_logits, self.num_blocks)](
-            target_logits_ptr=self.target_logits,
-            target_logits_stride=self.target_logits.stride(0),
-            draft_logits_ptr=self.draft_arg,
-            draft_logits_stride_0=self.draft_strides[0],
-            draft_logits_stride_1=self.draft_strides[1],
+            **self._logits(),
             draft_sampled_ptr=self.draft_sampled,
             expanded_idx_mapping_ptr=self.expanded_idx_mapping,
             expanded_local_pos_ptr=self.expanded_local_pos,
             temperature_ptr=self.temperature,
-            target_local_max_ptr=self.target_local_max,
-            target_local_sumexp_ptr=self.target_local_sumexp,
-            draft_local_max_ptr=self.draft_local_max,
-            draft_local_sumexp_ptr=self.draft_local_sumexp,
-            local_stride=self.num_blocks,
+            **self._partials(),
             num_blocks=self.num_blocks,
             cumulative_log_p_ptr=self.cumulative_log_p,
             local_residual_mass_ptr=self.local_residual_mass,
@@ -922,11 +867,7 @@ class Pipeline:
             num_sampled_ptr=self.num_sampled,
             target_rejected_lse_ptr=self.target_rejected_lse,
             draft_rejected_lse_ptr=self.draft_rejected_lse,
-            target_logits_ptr=self.target_logits,
-            target_logits_stride=self.target_logits.stride(0),
-            draft_logits_ptr=self.draft_arg,
-            draft_logits_stride_0=self.draft_strides[0],
-            draft_logits_stride_1=self.draft_strides[1],
+            **self._logits(),
             draft_sampled_ptr=self.draft_sampled,
             pos_ptr=self.pos,
             cu_num_logits_ptr=self.cu_num_logits,
@@ -960,11 +901,7 @@ class Pipeline:
             num_sampled_ptr=self.num_sampled,
             target_rejected_lse_ptr=self.target_rejected_lse,
             draft_rejected_lse_ptr=self.draft_rejected_lse,
-            target_logits_ptr=self.target_logits,
-            target_logits_stride=self.target_logits.stride(0),
-            draft_logits_ptr=self.draft_arg,
-            draft_logits_stride_0=self.draft_strides[0],
-            draft_logits_stride_1=self.draft_strides[1],
+            **self._logits(),
             draft_sampled_ptr=self.draft_sampled,
             pos_ptr=self.pos,
             cumulative_log_p_ptr=self.cumulative_log_p,
