@@ -209,7 +209,7 @@ def _stages_and_call(stats, resample, call) -> pd.DataFrame:
 
 
 def test_a_stage_step_its_call_does_not_show_is_a_shift_not_a_regression():
-    # work moved from resample to stats (session 16's row 0): the stats stage doubles, resample
+    # work moved from resample to stats (express's row 0 read by stats): the stats stage doubles, resample
     # halves, the call does not change
     frame = _stages_and_call([10e-6] * 6 + [20e-6] * 6, [20e-6] * 6 + [10e-6] * 6, [40e-6] * 12)
     changes = cp.detect(frame)

@@ -239,9 +239,9 @@ def test_crashed_sides_semantics_violations_and_missing_subjects_exit_2(repo, mo
             str(out),
         ]
     )
-    # Timing is not what this test checks: on the H200 (session 10) one of the broken head's
-    # points was over 2x slower than base's (most likely its launch's host sync, since removed), a
-    # regression at --min-effect 1.0 that the interpreter's slow calls hide.
+    # Timing is not what this test checks: on a GPU one of the broken head's points can be over
+    # 2x slower than base's, a regression at --min-effect 1.0 that the interpreter's slow calls
+    # hide.
     printed = capsys.readouterr()
     text = out.read_text()
     assert code == 2, text

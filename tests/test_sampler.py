@@ -329,10 +329,10 @@ def test_interpreter_converts_scalars_as_numpy_2_4_requires(mode):
 def test_kernels_compile_for_sm90(sampler, config, mode, draft, kernels):
     """mrv2's, the pre-#50939 replica's and fast's kernels compile for sm_90 with 16-bit logits,
     as express's do (tests/test_express.py). The interpreter does not run Triton's code
-    generator: a call that left a str constexpr of mrv2's _global_argmax to its default passed
-    every CPU test and would not compile on a GPU (Triton 3.6: "'str' object has no attribute
-    'type'"; session 19, in the stream kernel patch). Compiled on the CPU with Triton's bundled
+    generator: a call that leaves a str constexpr of mrv2's _global_argmax to its default passes
+    every CPU test and does not compile for a GPU (Triton 3.6: "'str' object has no attribute
+    'type'"). Compiled on the CPU with Triton's bundled
     ptxas (``scripts/express_sass.py --sampler``, no GPU needed)."""
-    args = ["--sampler", sampler, "--mode", mode, "--draft", draft, "--reqs", "4"]
+    args = ["--sampler", sampler, "--mode", mode, "--draft", draft, "--num-reqs", "4"]
     args += ["--target-dtype", "bfloat16", "--draft-dtype", "float16"] + (["--config", config] if config else [])
     assert len(compile_for_sm90(args)) == kernels

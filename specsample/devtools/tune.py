@@ -12,7 +12,7 @@ would read tau + 1). It prints one line per workload, and each whole call's band
 (``bytes_required`` over the median, over the copy bandwidth measured once at the start: the
 nightly tier's ``track_bandwidth_fraction``, issue 18's goal 3), and writes every median to JSON. This is
 how ``fast.default_config`` (and express's) is chosen (by hand, from these numbers); the runs and
-what was decided from them are recorded in ``notes/performance.md``.
+what was decided from them are recorded in ``docs/performance-log.md``.
 
 The sampler's own configurations are always timed: fast's ``large``, ``small`` and ``tiny``, or
 express's ``large`` and ``small``. Other candidates are a named copy of one of them with some
@@ -55,7 +55,7 @@ WORKLOADS = {
     "R16-block-phi0": Workload(num_reqs=16, mode="block", **BASE),
     "R32-standard-phi0": Workload(num_reqs=32, mode="standard", **BASE),
     "R32-block-phi0.5": Workload(num_reqs=32, mode="block", placeholder_density=0.5, **BASE),
-    # where programs that only exit start to cost (express's LOOP_FROM)
+    # where a grid of programs that only read a flag and exit starts to cost (phi=1: one row in K has work)
     "R32-standard-phi1": Workload(num_reqs=32, mode="standard", placeholder_density=1.0, **BASE),
     "R64-standard-phi1": Workload(num_reqs=64, mode="standard", placeholder_density=1.0, **BASE),
     # the Peers point where express is closest to FlashInfer (issue 18 goal 4: 2.83x of 3)

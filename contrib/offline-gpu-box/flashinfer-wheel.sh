@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
 # A flashinfer-python wheel stripped to what `import flashinfer` and the JIT build of its sampling
 # module (chain_speculative_sampling, the `flashinfer` subjects) need, so that a release whose
-# wheel is over the GPU box's 64 MiB carry fits: 0.7.2 is 65.2 MB, stripped 24 MB (notes/
-# performance.md, session 8). Keeps every .py file and non-source file of the package, the
-# metadata (version and entry points unchanged, RECORD rewritten with the kept files' hashes),
+# wheel is over the GPU box's 64 MiB carry fits: 0.7.2 is 65.2 MB, stripped 24 MB. Keeps every
+# .py file and non-source file of the package, the metadata (version and entry points unchanged,
+# RECORD rewritten with the kept files' hashes),
 # flashinfer/data/include, the sampling sources of flashinfer/data/csrc (sampling.cu, renorm.cu,
 # flashinfer_sampling_binding.cu and the two csrc headers they include) and the vendored CCCL
 # headers (cub, libcudacxx, thrust: put on nvcc's -I path ahead of the toolkit's). Drops the rest
 # of csrc, cutlass, spdlog and the kernel sources outside data/. Needs apache-tvm-ffi beside it
 # (0.7.2: >=0.1.11,<0.2); its optional dependencies (cutlass-dsl, cudnn-frontend, cuda-tile,
 # nccl4py) are imported lazily or not at all on this path.
-# Usage: scripts/flashinfer-wheel.sh VERSION OUTDIR   (the stripped wheel is written to OUTDIR)
+# Usage: contrib/offline-gpu-box/flashinfer-wheel.sh VERSION OUTDIR   (the stripped wheel is written to OUTDIR)
 set -euo pipefail
 ver=${1:?usage: flashinfer-wheel.sh VERSION OUTDIR}
 out=${2:?usage: flashinfer-wheel.sh VERSION OUTDIR}
