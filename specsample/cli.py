@@ -765,6 +765,17 @@ def cmd_goals(args: argparse.Namespace) -> int:
         raise UsageError(f"specsample goals: {exc}") from None
     print(goals.header(rows, machine, args.tier))
     print(goals.report(rows, spec))
+    if args.readme:
+        # The marker names the command that wrote the block, so that it can be regenerated.
+        named = [args.commit, *(["--goals", args.goals] if args.goals else []), "--tier", args.tier]
+        named += ["--machine", args.machine] if args.machine else []
+        named += ["--results-dir", args.results_dir] if args.results_dir != "results" else []
+        block = goals.readme_block(rows, spec, machine, args.tier, " ".join(named))
+        try:
+            changed = goals.rewrite_readme(args.readme, block)
+        except goals.GoalsError as exc:
+            raise UsageError(f"specsample goals: {exc}") from None
+        print(f"specsample goals: {args.readme}: figures block {'rewritten' if changed else 'already up to date'}")
     return 0
 
 
@@ -1090,6 +1101,12 @@ def build_parser() -> argparse.ArgumentParser:
     gl.add_argument("--tier", default="nightly", choices=TIERS, help="whose results (quick: its points only)")
     gl.add_argument("--results-dir", default="results", help="asv results directory")
     gl.add_argument("--goals", metavar="FILE", default=None, help="goals file (default: the packaged goals.json)")
+    gl.add_argument(
+        "--readme",
+        metavar="FILE",
+        default=None,
+        help="also rewrite FILE's figures block (between its figures markers) with a table of the goals",
+    )
     gl.set_defaults(func=cmd_goals)
     return p
 
