@@ -2,7 +2,7 @@
 
 Usage (no TRITON_INTERPRET; CPU tensors only give the launch arguments):
     python scripts/express_sass.py [--sampler express|fast|mrv2|mrv2-pre50939|mrv2-vllm|vllm==X.Y.Z]
-        [--mode standard|block] [--draft logits|one-hot] [--reqs R]
+        [--mode standard|block] [--draft logits|one-hot] [--num-reqs R] [--placeholder-density PHI]
         [--config NAME] [--set FIELD=VALUE ...] [--dump DIR]
 
 Each launch of one call of the sampler (one of our subjects with a per-kernel pipeline, from
@@ -254,8 +254,8 @@ def main(argv=None) -> None:
     )
     ap.add_argument("--mode", default="standard")
     ap.add_argument("--draft", default="logits")
-    ap.add_argument("--reqs", type=int, default=1)
-    ap.add_argument("--phi", type=float, default=0.0)
+    ap.add_argument("--num-reqs", dest="reqs", type=int, default=1)
+    ap.add_argument("--placeholder-density", "--phi", dest="phi", type=float, default=0.0)
     ap.add_argument("--target-dtype", default="float32", help="torch dtype of the target logits")
     ap.add_argument("--draft-dtype", default="bfloat16", help="torch dtype of the draft logits")
     ap.add_argument(

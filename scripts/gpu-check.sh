@@ -5,8 +5,8 @@
 # each) one at a time after them, then compute-sanitizer memcheck (scripts/memcheck.sh).
 # The jit_build test (FlashInfer's first call: it builds FlashInfer's sampling module, about
 # 100 s on a fresh box) runs in a process of its own from the start, beside the others: it was
-# the run's critical path when it waited for pytest-xdist's workers to come up (session 9).
-# From the repository root, after `source scripts/gpu-env.sh`.
+# the run's critical path when it waited for pytest-xdist's workers to come up.
+# From the repository root, after `source contrib/offline-gpu-box/gpu-env.sh`.
 # Usage: scripts/gpu-check.sh [WORKERS]   (default 8; pytest-xdist must be installed)
 #        MEMCHECK=0 scripts/gpu-check.sh   the tests only
 set -u

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # compute-sanitizer memcheck over every in-tree subject on the memcheck cases
 # (python -m specsample.devtools.memcheck), then the GPU kernel tests. Prints one error count per run.
-# GPU box, from the repository root, after `source scripts/gpu-env.sh`.
+# GPU box, from the repository root, after `source contrib/offline-gpu-box/gpu-env.sh`.
 set -u
 status=0
 # fast and express in each of their batch-size configurations, forced at every batch size

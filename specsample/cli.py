@@ -33,7 +33,11 @@ import time
 from pathlib import Path
 
 from . import __version__
-from .schema import MODES, OUR_SUBJECTS, PATTERNS, TIERS, parse_subject
+from .schema import CPU_INTERPRETER_MACHINE, MODES, OUR_SUBJECTS, PATTERNS, TIERS, parse_subject
+
+
+# A CPU-interpreter run's results: git-ignored, beside (never inside) the committed results/.
+INTERPRETER_RESULTS = "specsample-results"
 
 
 class UsageError(Exception):
@@ -222,15 +226,24 @@ def _fetch_tier_releases(tier: str) -> None:
             print(f"specsample: vllm=={version} not fetched ({exc}); its points will fail", file=sys.stderr)
 
 
+def _results_dir(args: argparse.Namespace, repo: Path, interpret: bool) -> Path:
+    """Where a run files its results: ``--results-dir``, else the committed ``results/`` for a GPU
+    run and the git-ignored ``specsample-results/`` for a CPU-interpreter run, so that a smoke run
+    neither adds a CPU machine to the committed results nor rewrites their ``benchmarks.json``."""
+    if args.results_dir:
+        return Path(args.results_dir)
+    return repo / (INTERPRETER_RESULTS if interpret else "results")
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     _set_gpus(args)
     from .track.asv_runs import RunError, run_lock, run_tier, worktree
 
     _set_vllm_repo(args)
     interpret = _tier_needs(args.tier, "specsample bench")
-    machine = args.machine or ("cpu-interpreter" if interpret else _machine(args))
+    machine = args.machine or (CPU_INTERPRETER_MACHINE if interpret else _machine(args))
     repo = _repo_root()
-    results = repo / "results"
+    results = _results_dir(args, repo, interpret)
     if not args.no_fetch:
         _fetch_tier_releases(args.tier)
     try:
@@ -270,10 +283,10 @@ def cmd_backfill(args: argparse.Namespace) -> int:
                 f"backfill: {name!r}: give vLLM releases as vllm==X.Y.Z (commits of a vLLM "
                 f"checkout are measured by `specsample signoff` and `compare`)"
             )
-    _tier_needs(args.tier, "specsample backfill")
-    machine = _machine(args)
+    interpret = _tier_needs(args.tier, "specsample backfill")
+    machine = args.machine or (CPU_INTERPRETER_MACHINE if interpret else _machine(args))
     repo = _repo_root()
-    results = repo / "results"
+    results = _results_dir(args, repo, interpret)
     if releases:
         from .tiers import MRV2_RELEASES
 
@@ -328,7 +341,7 @@ def cmd_nightly(args: argparse.Namespace) -> int:
     return 0
 
 
-def build_site(results: Path, out: Path) -> Path:
+def build_site(results: Path, out: Path, machine: str | None = None) -> Path:
     from .dashboard import build_dashboard
     from .track.results import load_results
 
@@ -340,13 +353,16 @@ def build_site(results: Path, out: Path) -> Path:
         print(f"specsample: skipped {problem.path}: {problem.reason}", file=sys.stderr)
     if df.empty:
         raise UsageError(f"specsample dashboard: no results under {results}")
-    index = build_dashboard(df, out, results_dir=results)
+    try:
+        index = build_dashboard(df, out, machine=machine, results_dir=results)
+    except ValueError as exc:
+        raise UsageError(f"specsample dashboard: {exc}") from None
     print(f"specsample dashboard: {len(df)} result rows -> {index} in {time.monotonic() - start:.1f} s")
     return index
 
 
 def cmd_dashboard(args: argparse.Namespace) -> int:
-    build_site(Path(args.results), Path(args.out))
+    build_site(Path(args.results_dir), Path(args.out), args.machine)
     return 0
 
 
@@ -354,7 +370,7 @@ def cmd_regressions(args: argparse.Namespace) -> int:
     from .track import changepoints
     from .track.results import load_results
 
-    results = Path(args.results)
+    results = Path(args.results_dir)
     if not results.is_dir():
         raise UsageError(f"specsample regressions: no results directory {results}")
     df, problems = load_results(results)
@@ -399,12 +415,12 @@ def cmd_signoff(args: argparse.Namespace) -> int:
     from .track import signoff
 
     _set_vllm_repo(args)
-    if args.variants:
+    if args.results:
         return _signoff_results(args)
     if not (args.base and args.head):
         raise UsageError(
             "specsample signoff: give BASE HEAD (commits, or subjects such as vllm==0.32.0 "
-            "vllm==0.33.0), or --variants BASE HEAD"
+            "vllm==0.33.0), or --results BASE HEAD"
         )
     tier = args.tier or "quick"
     min_effect = signoff.PAIRED_MIN_EFFECT if args.min_effect is None else args.min_effect
@@ -423,9 +439,9 @@ def cmd_signoff(args: argparse.Namespace) -> int:
         # Every name is resolved first, so an unknown commit or subject is exit 2 before any
         # measurement (and on a machine without a GPU too).
         if _is_subject(args.base) or _is_subject(args.head) or args.vllm_repo:
-            if args.subject:
+            if args.subjects:
                 raise UsageError(
-                    "specsample signoff: --subject selects our subjects of two commits; with "
+                    "specsample signoff: --subjects selects our subjects of two commits; with "
                     "subjects as BASE HEAD the points are those of the tier's mrv2"
                 )
             base, head = (_as_ref_subject(x, args.vllm_repo) for x in (args.base, args.head))
@@ -438,7 +454,7 @@ def cmd_signoff(args: argparse.Namespace) -> int:
             for rev in (args.base, args.head):
                 signoff.paired.resolve_rev(repo, rev)
             where = _signoff_device(args, tier)
-            result = signoff.signoff_commits(repo, args.base, args.head, subjects=args.subject, **where, **common)
+            result = signoff.signoff_commits(repo, args.base, args.head, subjects=args.subjects, **where, **common)
     except signoff.SignoffError as exc:
         raise UsageError(f"specsample signoff: {exc}") from None
     print(result.report)
@@ -451,7 +467,7 @@ def _signoff_device(args: argparse.Namespace, tier: str) -> dict:
     """Where a paired sign-off measures: the GPU; or, for the smoke tier on a machine without
     one, CPU tensors under the Triton interpreter with a host timer (checks the flow only)."""
     if _tier_needs(tier, "specsample signoff"):
-        return dict(device="cpu", host=True, l2="warm", environment={}, machine=args.machine or "cpu-interpreter")
+        return dict(device="cpu", host=True, l2="warm", environment={}, machine=args.machine or CPU_INTERPRETER_MACHINE)
     return dict(machine=_machine(args))
 
 
@@ -470,20 +486,20 @@ def _as_ref_subject(text: str, vllm_repo: str | None) -> str:
 
 
 def _signoff_results(args: argparse.Namespace) -> int:
-    """``signoff --variants BASE HEAD``: two subjects' committed asv results at one commit (the
+    """``signoff --results BASE HEAD``: two subjects' committed asv results at one commit (the
     newest with both, or ``--commit``), judged at asv's threshold."""
     from .track import signoff
     from .track.results import load_results, machine_environment
 
-    results = Path(args.results)
+    results = Path(args.results_dir)
     if not results.is_dir():
         raise UsageError(f"specsample signoff: no results directory {results}")
-    if args.base or args.subject:
+    if args.base or args.subjects:
         raise UsageError(
-            "specsample signoff: --variants BASE HEAD takes the two subjects itself (no positional "
-            "BASE HEAD, no --subject)"
+            "specsample signoff: --results BASE HEAD takes the two subjects itself (no positional "
+            "BASE HEAD, no --subjects)"
         )
-    base, head = args.variants
+    base, head = args.results
     df, _ = load_results(results)
     df = df[df["metric"] == "time_sample"]
     where = f"{results}"
@@ -577,7 +593,7 @@ def cmd_signoff_validate(args: argparse.Namespace) -> int:
         _require_gpu("specsample signoff-validate")
         cuda = True
     repo = Path(args.repo) if args.repo else _git_toplevel()
-    machine = args.machine or ("cpu-interpreter" if not cuda else _machine(args))
+    machine = args.machine or (CPU_INTERPRETER_MACHINE if not cuda else _machine(args))
     opts = validate.options(
         Path(args.out),
         repo,
@@ -585,7 +601,7 @@ def cmd_signoff_validate(args: argparse.Namespace) -> int:
         cuda=cuda,
         tier=args.tier,
         sweeps=tuple(args.sweep or ()),
-        subjects=tuple(args.subject or ()),
+        subjects=tuple(args.subjects or ()),
         samples=args.samples,
         aa_runs=args.aa_runs,
         targets=args.targets,
@@ -648,12 +664,18 @@ def cmd_vllm_fetch(args: argparse.Namespace) -> int:
 
 
 def cmd_vllm_list(args: argparse.Namespace) -> int:
+    from .subjects import SubjectError
     from .subjects.cache import cache_root
     from .subjects.vllm import store
 
     print(f"cache: {cache_root()}")
     for version in store.cached_releases():
-        entry = store.release(version)
+        # Exit 1 of --index means "a newer release exists" to the nightly glue, so a bad cache
+        # entry must not end in a traceback (exit 1): one line, exit 2.
+        try:
+            entry = store.release(version)
+        except SubjectError as exc:
+            raise UsageError(f"specsample vllm list: {exc}") from None
         left_out = f" ({len(entry.stand_ins)} modules it imports left out)" if entry.stand_ins else ""
         print(f"vllm=={version}: {len(entry.files)} files from {entry.manifest.get('wheel')}{left_out}")
     if not args.index:
@@ -732,7 +754,7 @@ def cmd_goals(args: argparse.Namespace) -> int:
     from .devtools import goals
     from .track.results import load_results
 
-    results = Path(args.results)
+    results = Path(args.results_dir)
     if not results.is_dir():
         raise UsageError(f"specsample goals: no results directory {results}")
     try:
@@ -743,6 +765,17 @@ def cmd_goals(args: argparse.Namespace) -> int:
         raise UsageError(f"specsample goals: {exc}") from None
     print(goals.header(rows, machine, args.tier))
     print(goals.report(rows, spec))
+    if args.readme:
+        # The marker names the command that wrote the block, so that it can be regenerated.
+        named = [args.commit, *(["--goals", args.goals] if args.goals else []), "--tier", args.tier]
+        named += ["--machine", args.machine] if args.machine else []
+        named += ["--results-dir", args.results_dir] if args.results_dir != "results" else []
+        block = goals.readme_block(rows, spec, machine, args.tier, " ".join(named))
+        try:
+            changed = goals.rewrite_readme(args.readme, block)
+        except goals.GoalsError as exc:
+            raise UsageError(f"specsample goals: {exc}") from None
+        print(f"specsample goals: {args.readme}: figures block {'rewritten' if changed else 'already up to date'}")
     return 0
 
 
@@ -772,6 +805,14 @@ def _add_gpus(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_results_dir(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--results-dir",
+        default=None,
+        help=f"where results are filed; None: results/ on a GPU, {INTERPRETER_RESULTS}/ for a CPU smoke run",
+    )
+
+
 def _add_machine(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--machine",
@@ -792,15 +833,23 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=_Formatter,
         description=subjects_help,
     )
-    c.add_argument(
-        "--subjects", "--variants", dest="subjects", nargs="+", default=["mrv2", "mrv2-pre50939"], help="what to time"
-    )
+    c.add_argument("--subjects", nargs="+", default=["mrv2", "mrv2-pre50939"], help="what to time")
     c.add_argument("--mode", nargs="+", default=["standard", "block"], choices=MODES, help="verification modes")
     c.add_argument("--draft", nargs="+", default=["logits"], choices=["logits", "one-hot"], help="draft kinds")
     c.add_argument("--num-reqs", nargs="+", type=int, default=[128], help="batch sizes R")
-    c.add_argument("-K", nargs="+", type=int, default=[4], help="speculative steps K")
+    c.add_argument(
+        "--num-speculative-steps", "-K", dest="K", nargs="+", type=int, default=[4], help="speculative steps K"
+    )
     c.add_argument("--vocab-size", nargs="+", type=int, default=[151936], help="vocab sizes V")
-    c.add_argument("--phi", nargs="+", type=float, default=[0.0, 0.5, 1.0], help="placeholder densities")
+    c.add_argument(
+        "--placeholder-density",
+        "--phi",
+        dest="phi",
+        nargs="+",
+        type=float,
+        default=[0.0, 0.5, 1.0],
+        help="placeholder densities phi",
+    )
     c.add_argument(
         "--pattern", default="trailing", choices=[p for p in PATTERNS if p != "all"], help="where placeholders sit"
     )
@@ -816,6 +865,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--bench", help="asv --bench regex (default: the whole tier)")
     b.add_argument("--rev", help="measure this commit from a worktree instead of the checkout")
     b.add_argument("--no-fetch", action="store_true", help="do not fetch missing vLLM releases first")
+    _add_results_dir(b)
     _add_vllm_repo(b)
     _add_gpus(b)
     b.set_defaults(func=cmd_bench)
@@ -827,6 +877,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     f.add_argument("revs", nargs="+", help="commits or ranges of this repository, or vllm==X.Y.Z releases")
     f.add_argument("--tier", default="quick", choices=TIERS, help="tier measured at each commit")
+    _add_results_dir(f)
     _add_machine(f)
     _add_vllm_repo(f)
     _add_gpus(f)
@@ -842,8 +893,13 @@ def build_parser() -> argparse.ArgumentParser:
     n.set_defaults(func=cmd_nightly)
 
     d = sub.add_parser("dashboard", help="build dashboards/ from results/ (no GPU needed)", formatter_class=_Formatter)
-    d.add_argument("--results", default="results", help="asv results directory")
+    d.add_argument("--results-dir", default="results", help="asv results directory")
     d.add_argument("--out", default="dashboards", help="where the site is written")
+    d.add_argument(
+        "--machine",
+        default=None,
+        help="the machine shown; None: the one with the newest results, never a CPU-interpreter one",
+    )
     d.set_defaults(func=cmd_dashboard)
 
     r = sub.add_parser(
@@ -857,8 +913,8 @@ def build_parser() -> argparse.ArgumentParser:
         "only (a ratio to mrv2 or a bandwidth fraction moves with what it is divided by); a stage "
         "that steps while its call does not is listed as a stage shift and does not count.",
     )
-    r.add_argument("--results", default="results", help="asv results directory")
-    r.add_argument("--machine", help="only this machine's results; None: every machine in --results")
+    r.add_argument("--results-dir", default="results", help="asv results directory")
+    r.add_argument("--machine", help="only this machine's results; None: every machine in --results-dir")
     r.add_argument("--json", metavar="FILE", help="also write every change and the newest-vs-previous summary here")
     r.set_defaults(func=cmd_regressions)
 
@@ -871,25 +927,26 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("base", nargs="?", help="base: a commit, a subject (vllm==0.32.0), or with --vllm-repo a ref")
     s.add_argument("head", nargs="?", help="head: the same kind as base (head == base: an A/A run)")
     s.add_argument(
-        "--variants",
+        "--results",
         nargs=2,
         metavar=("BASE", "HEAD"),
-        help="compare two subjects' committed results instead (newest commit with both)",
+        help="compare two subjects' committed results instead of measuring (newest commit with both)",
     )
-    s.add_argument("--commit", help="with --variants: this commit's results instead of the newest with both")
-    s.add_argument("--results", default="results", help="asv results directory (--variants)")
+    s.add_argument("--commit", help="with --results: this commit's results instead of the newest with both")
+    s.add_argument("--results-dir", default="results", help="asv results directory (--results)")
     s.add_argument(
         "--tier",
         default=None,
         choices=TIERS,
-        help="the points measured (default quick; smoke runs on a CPU); with --variants, only this tier's results",
+        help="the points measured (default quick; smoke runs on a CPU); with --results, only this tier's results",
     )
     s.add_argument("--sweep", action="append", metavar="NAME", help="only this sweep of the tier, e.g. Density")
     s.add_argument(
-        "--subject",
-        action="append",
+        "--subjects",
+        nargs="+",
+        action="extend",
         metavar="NAME",
-        help="two commits: only this subject of the tier, e.g. mrv2 (repeatable)",
+        help="two commits: only these subjects of the tier, e.g. mrv2",
     )
     s.add_argument("--samples", type=int, default=30, help="samples per side and point")
     s.add_argument("--alpha", type=float, default=0.002, help="significance level of the Mann-Whitney U test")
@@ -897,13 +954,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--min-effect",
         type=float,
         default=None,
-        help="smallest relative change that counts (default 0.02 paired, 0.05 for --variants)",
+        help="smallest relative change that counts (default 0.02 paired, 0.05 for --results)",
     )
     s.add_argument(
         "--min-abs-us",
         type=float,
         default=None,
-        help="time points must also change by more than this many us (default 0.5 paired, 0 for --variants)",
+        help="time points must also change by more than this many us (default 0.5 paired, 0 for --results)",
     )
     s.add_argument(
         "--allow-missing",
@@ -928,12 +985,11 @@ def build_parser() -> argparse.ArgumentParser:
     sv.add_argument("--tier", default=None, choices=TIERS, help="default quick (smoke with --smoke)")
     sv.add_argument("--sweep", action="append", metavar="NAME", help="only this sweep of the tier (repeatable)")
     sv.add_argument(
-        "--subject",
-        "--variant",
-        dest="subject",
-        action="append",
+        "--subjects",
+        nargs="+",
+        action="extend",
         metavar="NAME",
-        help="only this subject of the tier (repeatable)",
+        help="only these subjects of the tier",
     )
     sv.add_argument("--samples", type=int, default=None, help="samples per side and point (default 30; 2 with --smoke)")
     sv.add_argument("--aa-runs", type=int, default=5, help="A/A sign-offs")
@@ -1043,8 +1099,14 @@ def build_parser() -> argparse.ArgumentParser:
     gl.add_argument("commit", help="a commit hash or its prefix, as in results/<machine>/")
     gl.add_argument("--machine", default=None, help="asv machine name (default: the one with results for the commit)")
     gl.add_argument("--tier", default="nightly", choices=TIERS, help="whose results (quick: its points only)")
-    gl.add_argument("--results", default="results", help="asv results directory")
+    gl.add_argument("--results-dir", default="results", help="asv results directory")
     gl.add_argument("--goals", metavar="FILE", default=None, help="goals file (default: the packaged goals.json)")
+    gl.add_argument(
+        "--readme",
+        metavar="FILE",
+        default=None,
+        help="also rewrite FILE's figures block (between its figures markers) with a table of the goals",
+    )
     gl.set_defaults(func=cmd_goals)
     return p
 

@@ -198,3 +198,7 @@ SEMANTICS = (
     "violates placeholder semantics",  # accepted at or after a -1, or tokens / counts out of range
     "crashed",  # the subject's process died (a fault or a hang) at this point
 )
+
+
+# The asv machine name of a CPU run under Triton's interpreter (the smoke tier without a GPU).
+CPU_INTERPRETER_MACHINE = "cpu-interpreter"

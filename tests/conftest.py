@@ -22,8 +22,7 @@ HAS_CUDA = torch.cuda.is_available()
 
 # Under pytest-xdist every worker process would otherwise run torch's CPU ops on all cores: 8
 # workers x 16 threads on the H200 box's 16 cores made the reference's small CPU runs (V = 16,
-# thousands of one-request steps) 5-10x slower than on a 2-core CI machine (session 8: 15-31 s a
-# test). One share of the cores per worker.
+# thousands of one-request steps) 5-10x slower than on a 2-core CI machine (15-31 s a test). One share of the cores per worker.
 _WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
 if _WORKERS > 1:
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // _WORKERS))
@@ -64,7 +63,7 @@ on_cpu = pytest.mark.on_cpu
 
 # Cached CUDA memory a test process keeps once a test is done, above which it is handed back to
 # the driver: under `pytest -n 8` one process holding tens of GiB of freed blocks made the next
-# tests of the other processes run out of memory on the H200 (notes/performance.md, session 8).
+# tests of the other processes run out of memory on the H200.
 _KEEP_CACHED_BYTES = 2 << 30
 
 

@@ -209,7 +209,7 @@ def _stages_and_call(stats, resample, call) -> pd.DataFrame:
 
 
 def test_a_stage_step_its_call_does_not_show_is_a_shift_not_a_regression():
-    # work moved from resample to stats (session 16's row 0): the stats stage doubles, resample
+    # work moved from resample to stats (express's row 0 read by stats): the stats stage doubles, resample
     # halves, the call does not change
     frame = _stages_and_call([10e-6] * 6 + [20e-6] * 6, [20e-6] * 6 + [10e-6] * 6, [40e-6] * 12)
     changes = cp.detect(frame)
@@ -358,20 +358,20 @@ def test_release_rows_take_each_benchmarks_newest_run_with_releases():
 
 
 def test_cli_bad_input_is_one_line_and_exit_2(tmp_path, capsys):
-    assert main(["regressions", "--results", str(tmp_path / "nonexistent")]) == 2
+    assert main(["regressions", "--results-dir", str(tmp_path / "nonexistent")]) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "no results directory" in err and "nonexistent" in err
     (tmp_path / "empty").mkdir()
-    assert main(["regressions", "--results", str(tmp_path / "empty")]) == 2
+    assert main(["regressions", "--results-dir", str(tmp_path / "empty")]) == 2
     results = sr.write_asv_results(sr.history_frame(), tmp_path / "results")
-    assert main(["regressions", "--results", str(results), "--machine", "nope"]) == 2
+    assert main(["regressions", "--results-dir", str(results), "--machine", "nope"]) == 2
     assert sr.MACHINE in capsys.readouterr().err
 
 
 def test_cli_exit_1_on_a_regression_with_json(tmp_path, capsys):
     results = sr.write_asv_results(sr.history_frame(), tmp_path / "results")
     out = tmp_path / "changes.json"
-    assert main(["regressions", "--results", str(results), "--json", str(out)]) == 1
+    assert main(["regressions", "--results-dir", str(results), "--json", str(out)]) == 1
     text = capsys.readouterr().out
     assert "12 regressions (ranked by effect)" in text and "12 improvements" in text
     data = json.loads(out.read_text())
@@ -386,7 +386,7 @@ def test_cli_exit_0_when_a_stage_only_shifted(tmp_path, capsys):
     frame = _stages_and_call([10e-6] * 6 + [20e-6] * 6, [20e-6] * 6 + [10e-6] * 6, [40e-6] * 12)
     results = sr.write_asv_results(frame, tmp_path / "results")
     out = tmp_path / "changes.json"
-    assert main(["regressions", "--results", str(results), "--json", str(out)]) == 0
+    assert main(["regressions", "--results-dir", str(results), "--json", str(out)]) == 0
     assert "2 stage shifts" in capsys.readouterr().out
     data = json.loads(out.read_text())
     assert not data["regressions"] and {r["stage"] for r in data["shifts"]} == {"stats", "resample"}
@@ -394,7 +394,7 @@ def test_cli_exit_0_when_a_stage_only_shifted(tmp_path, capsys):
 
 def test_cli_exit_0_without_a_regression(tmp_path, capsys):
     results = sr.write_asv_results(sr.history_frame(mrv2_change=0.0), tmp_path / "results")
-    assert main(["regressions", "--results", str(results), "--machine", sr.MACHINE]) == 0
+    assert main(["regressions", "--results-dir", str(results), "--machine", sr.MACHINE]) == 0
     assert "no regressions" in capsys.readouterr().out
 
 
@@ -414,13 +414,13 @@ def test_cli_counts_regressions_between_releases(tmp_path):
     reg = cp.regressions(changes)
     assert set(reg["dimension"]) == {"releases"} and set(reg["mode"]) == {"greedy"}
     assert set(zip(reg["before"], reg["after"])) == {("0.28.0", "0.29.0")}
-    assert main(["regressions", "--results", str(results)]) == 1
+    assert main(["regressions", "--results-dir", str(results)]) == 1
 
 
 def test_every_regressions_option_has_help():
     parser = build_parser()
     sub = next(a for a in parser._actions if a.dest == "command").choices["regressions"]
     options = [a for a in sub._actions if a.option_strings and a.dest != "help"]
-    assert {a.dest for a in options} == {"results", "machine", "json"}
+    assert {a.dest for a in options} == {"results_dir", "machine", "json"}
     assert all(a.help and a.help.strip() for a in options)
     assert "%(default)s" in sub.formatter_class(prog="x")._get_help_string(options[0])

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+import subprocess
+from pathlib import Path
 
 from specsample import cli
 
@@ -16,3 +18,35 @@ def test_help_summary_lists_every_command():
     listed = {re.match(r"(\S+)\s", line).group(1) for line in table.splitlines()}
     assert listed == commands
     assert parser.description == cli.__doc__
+
+
+def test_one_spelling_per_concept_with_the_short_symbols_as_aliases():
+    parser = cli.build_parser()
+    long = parser.parse_args(["compare", "--placeholder-density", "0.5", "1", "--num-speculative-steps", "3"])
+    short = parser.parse_args(["compare", "--phi", "0.5", "1", "-K", "3"])
+    assert long.phi == short.phi == [0.5, 1.0] and long.K == short.K == [3]
+    signoff = parser.parse_args(["signoff", "--results", "mrv2-pre50939", "mrv2", "--results-dir", "elsewhere"])
+    assert signoff.results == ["mrv2-pre50939", "mrv2"] and signoff.results_dir == "elsewhere"
+    assert parser.parse_args(["signoff", "A", "B", "--subjects", "mrv2", "fast"]).subjects == ["mrv2", "fast"]
+    for retired in (["compare", "--variants", "mrv2"], ["signoff", "--variants", "mrv2", "fast"]):
+        try:
+            parser.parse_args(retired)
+        except SystemExit as exc:
+            assert exc.code == 2
+        else:
+            raise AssertionError(f"{retired} parsed")
+
+
+def test_a_cpu_smoke_run_files_its_results_outside_the_committed_ones(tmp_path):
+    """Without --results-dir, a CPU-interpreter run writes under the git-ignored
+    specsample-results/, never into results/ (whose benchmarks.json is committed)."""
+    repo = Path(__file__).resolve().parents[1]
+    args = cli.build_parser().parse_args(["bench", "--tier", "smoke"])
+    assert cli._results_dir(args, tmp_path, interpret=True) == tmp_path / cli.INTERPRETER_RESULTS
+    assert cli._results_dir(args, tmp_path, interpret=False) == tmp_path / "results"
+    named = cli.build_parser().parse_args(["backfill", "HEAD", "--results-dir", str(tmp_path / "x")])
+    assert cli._results_dir(named, tmp_path, interpret=True) == tmp_path / "x"
+    ignored = subprocess.run(
+        ["git", "check-ignore", "-q", f"{cli.INTERPRETER_RESULTS}/h"], cwd=repo, capture_output=True
+    )
+    assert ignored.returncode == 0, f"{cli.INTERPRETER_RESULTS}/ is not git-ignored"

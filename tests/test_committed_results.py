@@ -145,7 +145,7 @@ def test_the_page_lists_what_changepoints_finds(real_df, real_site):
 
 def test_specsample_regressions_runs_on_the_committed_results(real_df, tmp_path, capsys):
     out = tmp_path / "changes.json"
-    code = main(["regressions", "--results", str(RESULTS), "--json", str(out)])
+    code = main(["regressions", "--results-dir", str(RESULTS), "--json", str(out)])
     assert code in (0, 1)
     data = json.loads(out.read_text())
     assert (code == 1) == bool(data["regressions"])

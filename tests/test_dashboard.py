@@ -376,6 +376,28 @@ def test_missing_data_skips_figures_with_notes_not_crashes(df, tmp_path):
     assert "No vLLM release results" in releases and _sources(releases) == []
 
 
+def test_a_cpu_interpreter_machine_is_shown_only_when_named(tmp_path):
+    """A CPU smoke run is newer than the GPU results, yet the default page shows the GPU machine;
+    with only CPU-interpreter results the build asks for --machine; a named machine is drawn."""
+    from specsample.schema import CPU_INTERPRETER_MACHINE
+
+    gpu = sr.peers_frame()
+    cpu = gpu.assign(
+        machine=CPU_INTERPRETER_MACHINE, tier="smoke", gpu=None, date=gpu["date"].max() + pd.Timedelta(days=1)
+    )
+    both = pd.concat([gpu, cpu], ignore_index=True)
+    assert select.interpreter_machines(both) == {CPU_INTERPRETER_MACHINE}
+    assert select.default_machine(both) == sr.MACHINE
+    text = build_dashboard(both, tmp_path / "both").read_text(encoding="utf-8")
+    assert f"other machines: {CPU_INTERPRETER_MACHINE}" in text
+    with pytest.raises(ValueError, match="only CPU-interpreter results.*--machine"):
+        build_dashboard(cpu, tmp_path / "cpu")
+    with pytest.raises(ValueError, match="no results for machine 'nope'"):
+        build_dashboard(both, tmp_path / "nope", machine="nope")
+    named = build_dashboard(both, tmp_path / "named", machine=CPU_INTERPRETER_MACHINE).read_text(encoding="utf-8")
+    assert f"other machines: {sr.MACHINE}" in named
+
+
 def test_a_rebuild_leaves_no_stale_figure(tmp_path):
     out = tmp_path / "r"
     peers = sr.peers_frame()

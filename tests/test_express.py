@@ -1059,7 +1059,7 @@ def test_kernels_compile_for_sm90(mode, draft, target_dtype, draft_dtype, kernel
     without the compiler's type checks: a bf16 tile redefined as fp32 in both arms of an ``if``
     passes every CPU test and fails to compile on a GPU. Compiled here on the CPU with Triton's
     bundled ptxas (``scripts/express_sass.py``, no GPU needed)."""
-    args = ["--mode", mode, "--draft", draft, "--reqs", "4", "--config", "large"]
+    args = ["--mode", mode, "--draft", draft, "--num-reqs", "4", "--config", "large"]
     args += ["--target-dtype", target_dtype, "--draft-dtype", draft_dtype, "--dependent-launch"]
     compiled = compile_for_sm90(args)
     assert len(compiled) == kernels, compiled

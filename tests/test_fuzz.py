@@ -16,7 +16,7 @@ batches are rejected.
    empty vocab, non-tensor, flags, K) raises ``ValueError`` whose message starts with the
    argument to blame, before any kernel launch (``mrv2.launch`` is a tripwire): never another
    exception type, never a silent result. ``test_fuzz_findings_rejected`` pins the inputs
-   validation used to let through (non-contiguous 1-D tensors, an empty vocabulary, ``K=True``).
+   a lax validation lets through (non-contiguous 1-D tensors, an empty vocabulary, ``K=True``).
 
 Under TRITON_INTERPRET=1 every kernel program costs tens of milliseconds, so batches stay small
 (``R <= 6``, ``K <= 4``, ``V <= 300``). Settings are derandomized and database-free, so CI
@@ -534,7 +534,7 @@ def test_invalid_layout_rejected(device, w, entry, mutate, data):
     _assert_rejected(entry, inputs, blame, contains="meta" if mutate is _other_device else None)
 
 
-# ---- the gaps the fuzzing found, pinned (validation used to accept these) ------------------------
+# ---- the gaps the fuzzing found, pinned (a lax validation accepts these) ------------------------
 
 
 def _strided_draft_sampled(inp: dict) -> None:

@@ -139,13 +139,13 @@ def test_select_names_what_exists():
 
 def test_cli_prints_the_report(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr("specsample.track.results.load_results", lambda path: (_results(_frame()), []))
-    assert cli.main(["goals", "c1b5b1c", "--results", str(tmp_path)]) == 0
+    assert cli.main(["goals", "c1b5b1c", "--results-dir", str(tmp_path)]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0] == "commit c1b5b1ca on h200 (NVIDIA H200), nightly tier"
     assert out[1].startswith("1. phi=1 / phi=0 latency")
-    assert cli.main(["goals", "feed", "--results", str(tmp_path)]) == 2
+    assert cli.main(["goals", "feed", "--results-dir", str(tmp_path)]) == 2
     assert "specsample goals: no results for commit feed" in capsys.readouterr().err
-    assert cli.main(["goals", "c1b5b1c", "--results", str(tmp_path / "none")]) == 2
+    assert cli.main(["goals", "c1b5b1c", "--results-dir", str(tmp_path / "none")]) == 2
     assert "no results directory" in capsys.readouterr().err
 
 

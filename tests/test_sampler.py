@@ -333,6 +333,6 @@ def test_kernels_compile_for_sm90(sampler, config, mode, draft, kernels):
     test and does not compile on a GPU (Triton 3.6: "'str' object has no attribute 'type'").
     Compiled on the CPU with Triton's bundled ptxas (``scripts/express_sass.py --sampler``, no
     GPU needed)."""
-    args = ["--sampler", sampler, "--mode", mode, "--draft", draft, "--reqs", "4"]
+    args = ["--sampler", sampler, "--mode", mode, "--draft", draft, "--num-reqs", "4"]
     args += ["--target-dtype", "bfloat16", "--draft-dtype", "float16"] + (["--config", config] if config else [])
     assert len(compile_for_sm90(args)) == kernels

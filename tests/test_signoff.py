@@ -315,7 +315,7 @@ def test_output_columns_follow_the_contract():
 
 
 # ---------------------------------------------------------------------------------------------
-# Subject against subject (--variants)
+# Subject against subject (--results)
 # ---------------------------------------------------------------------------------------------
 
 
@@ -327,7 +327,7 @@ def test_compare_variants_pairs_on_everything_but_the_subject():
     assert out.ratio.to_numpy() == pytest.approx(0.72, rel=0.02)
     assert set(out.base_subject) == {"mrv2-pre50939"} and set(out.head_subject) == {"mrv2"}
     assert "subject" not in out.columns and "commit" in out.columns
-    # the --variants report names both subjects and the commit, and every table has a commit column
+    # the --results report names both subjects and the commit, and every table has a commit column
     text = report_markdown(out)
     assert "out of 2 points (`mrv2-pre50939` → `mrv2` at `cccccccc`)." in text
     assert "| commit | benchmark | point | base | head | change | p | semantics (base → head) |" in text
@@ -335,7 +335,7 @@ def test_compare_variants_pairs_on_everything_but_the_subject():
 
 
 def test_compare_variants_of_a_subject_with_no_rows_is_not_a_pass():
-    """`signoff --variants mrv2 nosuch` once printed PASS with "missing: 594"."""
+    """`signoff --results mrv2 nosuch` is not a PASS: every point is missing on one side."""
     rows = [_point("c", _lognormal(50 + n, 100e-6), num_reqs=n) for n in (1, 64)]
     out = compare_variants(_frame(rows), "mrv2", "nosuch")
     assert set(out.verdict) == {"missing"} and exit_code(out) == 2 and exit_code(out, allow_missing=True) == 2

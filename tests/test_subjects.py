@@ -143,7 +143,7 @@ def test_replica_block_verification_stops_at_placeholder(device):
 # ---- FlashInfer on the GPU ---------------------------------------------------------------------
 
 
-@pytest.mark.slow  # 116-120 s on the H200 (sessions 8-9), most of it building FlashInfer's JIT module
+@pytest.mark.slow  # 116-120 s on the H200, most of it building FlashInfer's JIT module
 @pytest.mark.jit_build  # so scripts/gpu-check.sh starts it at once, in a process of its own
 @gpu
 def test_flashinfer_first_token_follows_target():

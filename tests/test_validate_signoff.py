@@ -167,7 +167,7 @@ def test_smoke_validation_end_to_end(tmp_path, capsys, monkeypatch):
             "--smoke",
             "--aa-runs",
             "1",
-            "--subject",
+            "--subjects",
             "mrv2",
             "--targets",
             "0.1",

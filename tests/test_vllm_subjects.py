@@ -126,6 +126,24 @@ def test_a_corrupt_cache_entry_is_refused(tmp_path, cache):
         subjects.get("vllm==9.3.0")
 
 
+def test_vllm_list_of_a_corrupt_cache_entry_is_one_line_and_exit_2(tmp_path, cache, monkeypatch, capsys):
+    """Exit 1 of ``vllm list --index`` tells the nightly glue that a newer release exists; a
+    corrupt entry must not end in a traceback (which also exits 1)."""
+    from specsample import cli
+
+    entry = _fetch(tmp_path, "9.3.0")
+    (entry.root / ROOT).unlink()
+    monkeypatch.setattr(store, "index_releases", lambda: [*tiers.MRV2_RELEASES])
+    for argv in (["vllm", "list"], ["vllm", "list", "--index"]):
+        assert cli.main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "Traceback" not in err
+        assert err.startswith("specsample vllm list: vllm==9.3.0: corrupt cache entry") and "fetch it again" in err
+    (entry.root / store.MANIFEST).write_text("{not json")
+    assert cli.main(["vllm", "list"]) == 2
+    assert capsys.readouterr().err.startswith("specsample vllm list: vllm==9.3.0: corrupt cache entry")
+
+
 def test_a_release_not_in_the_cache_says_how_to_fetch_it(cache):
     with pytest.raises(
         subjects.SubjectError, match=r"vllm==9\.9\.9 is not in the cache.*specsample vllm fetch 9\.9\.9"

@@ -51,7 +51,9 @@ def build_dashboard(
         Created if missing. ``figures/*.png`` of a previous build are removed first, so a
         rebuild leaves no stale figure behind; nothing else there is touched.
     machine : str, optional
-        Machine to show; default the machine with the newest result. Other machines are listed.
+        Machine to show; default the machine with the newest result that is not a CPU-interpreter
+        machine (:func:`select.interpreter_machines`). Other machines are listed. ``ValueError``
+        when it has no results, or when only CPU-interpreter machines have and none is named.
     figures : sequence of FigureSpec
         What to draw; default :data:`FIGURES` (the section of each says its page).
     results_dir : str or Path, optional
@@ -60,7 +62,16 @@ def build_dashboard(
     """
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    machine = machine or select.default_machine(df)
+    known = sorted(set(df["machine"].dropna())) if not df.empty else []
+    if machine is None and known:
+        machine = select.default_machine(df)
+        if machine is None:
+            raise ValueError(
+                f"only CPU-interpreter results ({', '.join(known)}); their timings say nothing about a GPU: "
+                f"name one with --machine to draw it anyway"
+            )
+    elif machine is not None and machine not in known:
+        raise ValueError(f"no results for machine {machine!r}; machines there: {', '.join(known) or 'none'}")
     data = df[df["machine"] == machine] if machine is not None else df
     data = select.without_self_ratios(data)
     releases = select.release_rows(data)

@@ -11,7 +11,16 @@ import math
 import numpy as np
 import pandas as pd
 
-from ..schema import BANDWIDTH_METRIC, BASE_POINT, BASELINE_SUBJECT, RATIO_METRIC, SEMANTICS, STATUSES, release_key
+from ..schema import (
+    BANDWIDTH_METRIC,
+    BASE_POINT,
+    BASELINE_SUBJECT,
+    CPU_INTERPRETER_MACHINE,
+    RATIO_METRIC,
+    SEMANTICS,
+    STATUSES,
+    release_key,
+)
 from ..track import changepoints
 from ..track.changepoints import point_label
 from ..track.results import ENV_COLUMNS, PARAM_COLUMNS, commit_order, point_ratio
@@ -43,11 +52,27 @@ class MissingData(Exception):
 # ---------------------------------------------------------------------------------------------
 
 
-def default_machine(df: pd.DataFrame) -> str | None:
-    """The machine with the newest result."""
+def interpreter_machines(df: pd.DataFrame) -> set[str]:
+    """Machines whose results are CPU-interpreter runs: named :data:`CPU_INTERPRETER_MACHINE`, or
+    with no GPU recorded and only smoke-tier results. Their timings say nothing about a GPU, so a
+    dashboard shows them only when asked to by name."""
     if df.empty:
+        return set()
+    found = set()
+    for machine, rows in df.groupby("machine"):
+        no_gpu = "gpu" not in rows or rows["gpu"].isna().all()
+        only_smoke = "tier" in rows and set(rows["tier"].dropna()) <= {"smoke"}
+        if machine == CPU_INTERPRETER_MACHINE or (no_gpu and only_smoke):
+            found.add(str(machine))
+    return found
+
+
+def default_machine(df: pd.DataFrame) -> str | None:
+    """The machine with the newest result, CPU-interpreter machines left out (None if no other)."""
+    rows = df[~df["machine"].isin(interpreter_machines(df))] if not df.empty else df
+    if rows.empty:
         return None
-    return str(df.sort_values("date", kind="stable")["machine"].iloc[-1])
+    return str(rows.sort_values("date", kind="stable")["machine"].iloc[-1])
 
 
 def without_self_ratios(df: pd.DataFrame) -> pd.DataFrame:

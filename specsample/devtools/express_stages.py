@@ -1,8 +1,8 @@
 """``python -m specsample.devtools.express_stages``: the express sampler beside mrv2 and fast on a
 GPU -- whole calls and each kernel alone -- at the points its predictions name
-(``notes/performance.md``, "express").
+(``docs/performance-log.md``).
 
-GPU box, from the repository root, after ``source scripts/gpu-env.sh``::
+GPU box, from the repository root, after ``source contrib/offline-gpu-box/gpu-env.sh``::
 
     python -m specsample.devtools.express_stages --out "$OUT/express-stages.json"
     python -m specsample.devtools.express_stages --quick      # the base point's six modes only

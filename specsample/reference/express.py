@@ -22,7 +22,7 @@ fp32 over chunks of 32 and in fp64 beyond exactly where this module does (block 
 residual masses, block masses), and compare in fp64 (LSEs, cumulative log p, thresholds, prefix
 sums), so a decision differs only when an fp32 ``exp`` or a 32-entry fp32 sum differs by an ulp
 between implementations and that ulp moves a boundary across the uniform (of order one draw in
-10**5 on a GPU, rarer on the CPU; see ``notes/performance.md``). Both levels pick with
+10**5 on a GPU, rarer on the CPU; see ``docs/performance-log.md``). Both levels pick with
 :func:`pick`, whose tie and fallback rules are part of the stream's definition.
 
 The random stream (Philox-4x32-10, :mod:`.philox`; key = the slot's int64 seed, ``pos`` = the

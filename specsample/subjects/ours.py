@@ -12,7 +12,7 @@
                    host syncs, CUDA-graph capturable. (The name is kept: results key on it.)
 ``mrv2-vllm``      ``mrv2`` without its one deliberate difference from vLLM's kernels (NaN logits
                    mapped to -inf on load) and at vLLM's 4 warps: the replica whose work is vLLM
-                   0.28-0.30's (notes/performance.md, replica fidelity).
+                   0.28-0.30's (docs/performance-log.md, replica fidelity).
 ``express``        mrv2's verification and acceptance uniforms with its own random stream for the
                    recovered / bonus token (two-level inverse-transform sampling, no per-token
                    noise; :mod:`specsample.kernels.express`, reference
@@ -38,7 +38,7 @@ PLANTED_BALLAST_ITERS = 0
 
 # mrv2's Pipeline options that make its work vLLM 0.28-0.30's exactly: no NaN -> -inf mapping
 # on load (specsample's documented NaN semantics; 4-6% at R >= 32 on the H200) and vLLM's 4 warps
-# for the stats and residual-mass kernels (notes/performance.md, replica fidelity).
+# for the stats and residual-mass kernels (docs/performance-log.md, replica fidelity).
 MRV2_AS_VLLM = {"nan_guard": False, "block_warps": 4}
 
 

@@ -32,7 +32,7 @@ Every metric but the two derived from a point's latency and something measured a
 (:data:`DERIVED_METRICS`), whose latency is a series of its own:
 
 * :data:`~specsample.schema.RATIO_METRIC`: a subject's ratio to ``mrv2`` moves whenever
-  ``mrv2`` does. Counted as a change of the subject, ``mrv2``'s own 5-10% gain (session 6's
+  ``mrv2`` does. Counted as a change of the subject, ``mrv2``'s own 5-10% gain (a
   stats-kernel restructure) read as 29 "regressions" of every other subject at unchanged
   latency.
 * :data:`~specsample.schema.BANDWIDTH_METRIC`: the point's bytes over its latency, over the
@@ -45,7 +45,7 @@ Every metric but the two derived from a point's latency and something measured a
 Stage shifts
 ------------
 A stage series (``track_stage_us``, one kernel of a call) can step while the call does not:
-work moved from one kernel to another (session 16's row 0 read by ``stats`` instead of
+work moved from one kernel to another (express's row 0 read by ``stats`` instead of
 ``resample`` doubled express's stats stage at phi=1 and cut its resample stage by 70%, and the
 calls got 10-20% faster), or a kernel got slower where the next one's overlap hides it. Such a
 step is a **shift**: the point's call latency (the median of its latency metrics over every

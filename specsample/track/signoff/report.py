@@ -140,7 +140,7 @@ def _thresholds_line(verdicts: pd.DataFrame) -> str:
 
 
 def _commit_cells(verdicts: pd.DataFrame) -> tuple[list[str], list[str]]:
-    """The commit column's header and alignment, for frames keyed on commit (--variants)."""
+    """The commit column's header and alignment, for frames keyed on commit (--results)."""
     return (["commit"], ["---"]) if "commit" in verdicts else ([], [])
 
 

@@ -22,7 +22,7 @@ Two defaults for ``min_effect``, because the drift depends on how the two sides 
   ``specsample signoff-validate`` (:mod:`.validate`: A/A runs and planted 3/5/10% slowdowns,
   the residual-mass kernel's test-only ``ballast_iters``).
 * :data:`ASV_MIN_EFFECT` = 5% (asv's own) for results measured in separate processes (committed
-  asv results, ``--variants``): there the same kernel differs by up to ~6% between processes on
+  asv results, ``--results``): there the same kernel differs by up to ~6% between processes on
   the H200, so a smaller threshold would flag noise. ``specsample signoff-validate`` measures
   this comparison's false alarms too (its separate-process rows).
 
@@ -186,7 +186,7 @@ def compare_variants(
     key_columns: Collection[str] | None = None,
     higher_is_better: Collection[str] = HIGHER_IS_BETTER,
 ) -> pd.DataFrame:
-    """Compare two subjects within one frame (``specsample signoff --variants mrv2-pre50939 mrv2``).
+    """Compare two subjects within one frame (``specsample signoff --results mrv2-pre50939 mrv2``).
 
     Rows are paired on every key column except ``subject``, plus ``commit``, so each pair was
     measured in the same run; the output keeps ``commit`` as a key column. ``ratio`` is
@@ -221,7 +221,7 @@ def default_key(base: pd.DataFrame, head: pd.DataFrame) -> list[str]:
 
 def newest_commit_with(df: pd.DataFrame, subjects: Collection[str]) -> str | None:
     """The newest commit (by date) of ``df`` that has rows for every one of ``subjects``, or
-    ``None``: what ``--variants`` compares by default."""
+    ``None``: what ``--results`` compares by default."""
     if df.empty:
         return None
     wanted = set(subjects)

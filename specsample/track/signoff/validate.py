@@ -25,7 +25,7 @@ d. **Separate-process comparisons**, at no extra measurement: every paired run's
    head's code measured in its own worker process, so two runs' base sides are the same code
    measured in separate processes, as two asv runs measure it, and a planted run's head side
    against the previous run's base side is a planted slowdown seen that way. They are judged as
-   committed results are (``specsample signoff --variants`` and comparisons across commits):
+   committed results are (``specsample signoff --results`` and comparisons across commits):
    asv's threshold (:data:`.stats.ASV_MIN_EFFECT`, 5%), no absolute floor. That measures the
    false alarms of the separate-process comparison and whether it catches each plant. (Within
    one asv run the subjects of a point are interleaved in one worker; these rows are the
@@ -579,7 +579,7 @@ def matrix_markdown(
     by_name = {run.name: run for run in runs}
     lines += [
         "",
-        "## Separate-process comparisons (committed results, `--variants`)",
+        "## Separate-process comparisons (committed results, `--results`)",
         "",
         f"Each run's sides measured in their own worker process, compared unpaired at "
         f"{100 * opts.separate_min_effect:g}% (asv's threshold), no absolute floor: A/A = two runs' base "
