@@ -178,7 +178,7 @@ def test_a_a_signoff_of_a_commit_against_itself_passes(repo):
     assert set(frame.subject) == {"mrv2"} and set(frame.benchmark) == {"bench_sampler.SmokeGridLatency.time_sample"}
     assert (frame.n_samples == 7).all() and np.allclose(frame.value, frame.samples.map(np.median))
     assert (frame.ci_lo <= frame.value).all() and (frame.value <= frame.ci_hi).all()
-    assert set(result.verdicts.verdict) == {"unchanged"} and set(result.verdicts.test) == {"mann-whitney"}
+    assert set(result.verdicts.verdict) == {"same"} and set(result.verdicts.test) == {"mann-whitney"}
     text = result.report
     assert (
         f"**PASS** (exit 0): no significant regression out of 2 points (A/A: `{repo['base'][:8]}` against itself)"
@@ -205,7 +205,7 @@ def test_a_planted_commit_is_reported_at_its_touched_points_only(repo):
         **LENIENT,
     )
     by_mode = result.verdicts.set_index("mode")
-    assert by_mode.verdict.to_dict() == {"greedy": "unchanged", "block": "regression"}, result.report
+    assert by_mode.verdict.to_dict() == {"greedy": "same", "block": "slower"}, result.report
     assert by_mode.ratio["block"] > 1.5 and by_mode.head_commit["block"] == repo["planted"]
     assert by_mode.test["block"] == "mann-whitney"
     assert result.exit_code == 1
@@ -276,7 +276,7 @@ def test_allow_missing_passes_one_sided_points_and_lists_them(repo):
         **LENIENT,
     )
     allowed = paired.signoff_commits(repo["path"], repo["base"], repo["broken"], allow_missing=True, **common)
-    assert allowed.verdicts.set_index("subject").verdict.to_dict() == {"mrv2": "unchanged", "mrv2-pre50939": "missing"}
+    assert allowed.verdicts.set_index("subject").verdict.to_dict() == {"mrv2": "same", "mrv2-pre50939": "missing"}
     assert allowed.exit_code == 0 and signoff.exit_code(allowed.verdicts) == 2
     assert "(allowed by --allow-missing)" in allowed.report
     assert "Allowed by --allow-missing: these points were not compared." in allowed.report
@@ -298,7 +298,7 @@ def test_signoff_of_two_subjects_pairs_them_at_the_template_points():
     verdicts = result.verdicts
     assert "subject" not in verdicts.columns and len(verdicts) == 2
     assert set(verdicts.verdict) <= set(signoff.COMPARED_VERDICTS)
-    assert result.exit_code == (1 if "regression" in set(verdicts.verdict) else 0)
+    assert result.exit_code == (1 if "slower" in set(verdicts.verdict) else 0)
     assert result.report.startswith("## specsample sign-off: fast vs mrv2\n")
     assert "at each point `mrv2` and `fast` in one worker process" in result.report
 

@@ -80,6 +80,10 @@ COLUMNS: dict[str, str] = {
     "status": "str",  # "ok" | "failed" (asv null) | "skipped" (asv NaN) | "crashed" (outcomes)
     "semantics": "str",  # specsample.schema.SEMANTICS of the subject at this point (outcomes)
     "reason": "str",  # why a point crashed, failed or was skipped, where the run recorded it
+    # GPU state per sample (specsample.gpustate), where the measurement recorded it:
+    "capped": "boolean",  # sampling stopped on the time cap before reaching its noise target
+    "n_throttled": "Int64",  # samples left out: taken while the GPU was throttled
+    "sm_clock_mhz": "float64",  # median SM clock over the kept samples
 }
 
 # The parameter axes of the suite under their canonical names (specsample.schema.AXES); asv's
@@ -557,6 +561,8 @@ def _as_dtype(series: pd.Series, dtype: str) -> pd.Series:
         return series.astype(object)
     if dtype.startswith("datetime64"):
         return pd.to_datetime(series, utc=True).astype(dtype)
+    if dtype == "boolean":
+        return series.map(lambda v: None if _is_missing(v) else bool(v)).astype(dtype)
     if dtype in ("Int64", "float64"):
         # A repr that is not a number (a "None" param) becomes missing rather than an error.
         numeric = pd.to_numeric(series, errors="coerce")

@@ -275,6 +275,7 @@ def _judge(
     min_abs_seconds: float,
     allow_missing: bool,
     key_columns=None,
+    fail_on_inconclusive: bool = False,
 ) -> tuple[pd.DataFrame, str, int]:
     verdicts = stats.compare(
         *split_sides(frame),
@@ -284,9 +285,18 @@ def _judge(
         key_columns=key_columns,
     )
     text = report.report_markdown(
-        verdicts, machine_environment(frame), allow_missing=allow_missing, title=title, notes=notes
+        verdicts,
+        machine_environment(frame),
+        allow_missing=allow_missing,
+        fail_on_inconclusive=fail_on_inconclusive,
+        title=title,
+        notes=notes,
     )
-    return verdicts, text, stats.exit_code(verdicts, allow_missing=allow_missing)
+    return (
+        verdicts,
+        text,
+        stats.exit_code(verdicts, allow_missing=allow_missing, fail_on_inconclusive=fail_on_inconclusive),
+    )
 
 
 def _how_measured(
@@ -322,6 +332,7 @@ def signoff_commits(
     min_effect: float = stats.PAIRED_MIN_EFFECT,
     min_abs_seconds: float = stats.PAIRED_MIN_ABS_SECONDS,
     allow_missing: bool = False,
+    fail_on_inconclusive: bool = False,
     device: str = "cuda",
     l2: str = "cold",
     host: bool = False,
@@ -393,6 +404,7 @@ def signoff_commits(
         min_effect=min_effect,
         min_abs_seconds=min_abs_seconds,
         allow_missing=allow_missing,
+        fail_on_inconclusive=fail_on_inconclusive,
     )
     return SignoffResult(base_sha, head_sha, frame, verdicts, text, code, seconds)
 
@@ -411,6 +423,7 @@ def signoff_subjects(
     min_effect: float = stats.PAIRED_MIN_EFFECT,
     min_abs_seconds: float = stats.PAIRED_MIN_ABS_SECONDS,
     allow_missing: bool = False,
+    fail_on_inconclusive: bool = False,
     device: str = "cuda",
     l2: str = "cold",
     host: bool = False,
@@ -452,6 +465,7 @@ def signoff_subjects(
         min_abs_seconds=min_abs_seconds,
         allow_missing=allow_missing,
         key_columns=key,
+        fail_on_inconclusive=fail_on_inconclusive,
     )
     return SignoffResult(base, head, frame, verdicts, text, code, seconds)
 

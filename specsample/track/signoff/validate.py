@@ -411,14 +411,14 @@ def touched(verdicts: pd.DataFrame) -> pd.Series:
 
 def _tally(v: pd.DataFrame) -> dict:
     hit = touched(v).to_numpy(dtype=bool)
-    reg = (v["verdict"] == "regression").to_numpy()
+    reg = (v["verdict"] == "slower").to_numpy()
     n = stats.counts(v)
     return {
         "hit": hit,
         "reg": reg,
         "touched": f"{int((reg & hit).sum())} / {int(hit.sum())}",
         "untouched": f"{int((reg & ~hit).sum())} / {int((~hit).sum())}",
-        "improvements": n["improvement"],
+        "improvements": n["faster"],
         "unverified": sum(n[k] for k in (*stats.FAILED_VERDICTS, *stats.ONE_SIDED_VERDICTS)),
     }
 
@@ -487,7 +487,7 @@ def _false_alarm_line(seps: list[Separate], opts: Options) -> str:
     if not aa:
         return "No separate-process comparison yet (it needs two finished runs)."
     compared = sum(int(s.verdicts["verdict"].isin(stats.COMPARED_VERDICTS).sum()) for s in aa)
-    alarms = sum(int((s.verdicts["verdict"] == "regression").sum()) for s in aa)
+    alarms = sum(int((s.verdicts["verdict"] == "slower").sum()) for s in aa)
     rate = f"{100 * alarms / compared:.1f}%" if compared else "n/a"
     return (
         f"Separate-process false alarms at {100 * opts.separate_min_effect:g}% (no absolute floor): {alarms} "
