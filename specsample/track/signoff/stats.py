@@ -469,6 +469,46 @@ def four_way(
     return "inconclusive", math.nan
 
 
+def compare_samples(
+    base_samples,
+    head_samples,
+    *,
+    alpha: float = ALPHA,
+    min_effect: float = PAIRED_MIN_EFFECT,
+    min_abs: float = PAIRED_MIN_ABS_SECONDS,
+    delta: float | None = None,
+    equivalence_alpha: float = EQUIVALENCE_ALPHA,
+    capped: bool = False,
+) -> dict:
+    """One pair of sample lists (seconds, lower is better) judged as :func:`compare` judges a
+    point: ``{"verdict", "ratio", "p_value", "equivalence_p", "test"}``. For callers that hold
+    samples, not frames (``specsample bisect``)."""
+    a, b = _clean(list(base_samples)), _clean(list(head_samples))
+    if a is None or b is None:
+        raise ValueError("compare_samples: both sides need samples")
+    base_value, head_value = float(np.median(a)), float(np.median(b))
+    if min_p_value(len(a), len(b)) < alpha:
+        p, test = float(scipy_stats.mannwhitneyu(a, b, alternative="two-sided").pvalue), "mann-whitney"
+        significant = p < alpha
+    else:
+        (base_lo, base_hi), (head_lo, head_hi) = median_ci(a), median_ci(b)
+        p, test = math.nan, "ci-overlap"
+        significant = not (base_hi >= head_lo and base_lo <= head_hi)
+    verdict, p_eq = four_way(
+        a,
+        b,
+        base_value=base_value,
+        head_value=head_value,
+        significant=significant,
+        min_effect=min_effect,
+        delta=min_effect if delta is None else delta,
+        min_abs=min_abs,
+        equivalence_alpha=equivalence_alpha,
+        capped=capped,
+    )
+    return {"verdict": verdict, "ratio": head_value / base_value, "p_value": p, "equivalence_p": p_eq, "test": test}
+
+
 def equivalence_p(base_samples, head_samples, margin: float) -> float:
     """p-value of the two one-sided tests (TOST) that head's location is within ``margin`` of
     base's: the larger of Mann-Whitney U p(``head - margin`` < base) and p(``head + margin`` >
