@@ -21,7 +21,7 @@ the device is named by its PCI bus id or its NVML index.
 from __future__ import annotations
 
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 MIN_CLOCK_FRACTION = 0.9

@@ -130,7 +130,7 @@ class PairedMeasurer:
     bad: str
     samples: int = DEFAULT_SAMPLES
     noise_target: float | None = None
-    time_cap_s: float = 20.0
+    time_cap_s: float = 5.0
     lock_clocks: bool = False
     device: str = "cuda"
     host: bool = False
