@@ -321,6 +321,12 @@ def cmd_nightly(args: argparse.Namespace) -> int:
             # One asv run: each sweep is measured once and shared by its Latency, Derived and
             # Stages classes (benchmarks/common.py), so splitting the tier would measure it twice.
             run_tier("nightly", repo=repo, results_dir=results, machine=machine)
+            vllm_repo = os.environ.get("SPECSAMPLE_VLLM_REPO")
+            if vllm_repo and not args.no_bisect:
+                # A change point that showed up on vllm@main tonight: bisect it over vLLM's commits.
+                from .bisect.nightly import auto_bisect
+
+                auto_bisect(results, machine, Path(vllm_repo), log=lambda line: print(line, flush=True))
             publish(repo, results, repo / "html")
             build_site(results, repo / "dashboards")
     except RunError as exc:
@@ -990,6 +996,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_machine(n)
     n.add_argument("--no-fetch", action="store_true", help="do not fetch missing vLLM releases first")
+    n.add_argument(
+        "--no-bisect",
+        action="store_true",
+        help="do not bisect a new change point of vllm@main (with a checkout: results/<machine>/culprits/)",
+    )
     _add_vllm_repo(n)
     _add_gpus(n)
     n.set_defaults(func=cmd_nightly)

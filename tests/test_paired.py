@@ -28,7 +28,21 @@ pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
 
 CPU = dict(device="cpu", host=True, l2="warm", environment={}, log=lambda line: None)
 LENIENT = dict(min_effect=0.5, min_abs_seconds=0.0)  # far above the interpreter's host-timer noise
-PLANTED_ITERS = 1024  # about 2.5x a smoke block point's call under the interpreter
+PLANTED_ITERS = 1024  # the delay kernel's iterations: well over 1.5x a smoke block point's call here
+
+# Head of the "planted" commit: mrv2 wrapped in the planted delay (specsample.subjects.planted),
+# which runs in block verification with draft logits only.
+PLANTED_OURS = f"""
+
+# ---- test-only plant (tests/test_paired.py) ----
+from .planted import PlantedSubject as _Planted
+
+SUBJECTS = tuple(
+    _Planted(s.name, s.summary, s.capabilities, s.prepare_inputs, provenance=s.provenance, base=s, extra={PLANTED_ITERS})
+    if s.name == "mrv2" else s
+    for s in SUBJECTS
+)
+"""
 
 # Head of the "broken" commit: mrv2 kills its process in block mode, and accepts every draft
 # (past the -1 placeholders too) where a request has placeholders; mrv2-pre50939 is gone.
@@ -69,6 +83,11 @@ def _commit_on(repo: Path, base: str, message: str, edit) -> str:
         return git(wt, "rev-parse", "HEAD")
 
 
+def _plant(tree: Path) -> None:
+    ours = tree / "specsample" / "subjects" / "ours.py"
+    ours.write_text(ours.read_text() + PLANTED_OURS)
+
+
 def _break(tree: Path) -> None:
     ours = tree / "specsample" / "subjects" / "ours.py"
     ours.write_text(ours.read_text() + BROKEN_OURS)
@@ -80,14 +99,14 @@ def _break(tree: Path) -> None:
 
 @pytest.fixture(scope="module")
 def repo(tmp_path_factory):
-    """base: the working tree's specsample/; planted: base with PLANTED_BALLAST_ITERS raised;
+    """base: the working tree's specsample/; planted: base with mrv2 wrapped in a planted delay;
     broken: base with BROKEN_OURS and mrv2-pre50939 dropped from the schema."""
     root = tmp_path_factory.mktemp("paired")
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("SPECSAMPLE_CACHE", str(root / "cache"))
         path = make_repo(root / "repo")
         base = git(path, "rev-parse", "HEAD")
-        planted = validate.planted_commit(path, base, PLANTED_ITERS)
+        planted = _commit_on(path, base, "planted delay", _plant)
         broken = _commit_on(path, base, "broken head", _break)
         yield {"path": path, "base": base, "planted": planted, "broken": broken}
 
@@ -180,10 +199,7 @@ def test_a_a_signoff_of_a_commit_against_itself_passes(repo):
     assert (frame.ci_lo <= frame.value).all() and (frame.value <= frame.ci_hi).all()
     assert set(result.verdicts.verdict) == {"same"} and set(result.verdicts.test) == {"mann-whitney"}
     text = result.report
-    assert (
-        f"**PASS** (exit 0): no significant regression out of 2 points (A/A: `{repo['base'][:8]}` against itself)"
-        in text
-    )
+    assert f"**PASS** (exit 0): nothing slower out of 2 points (A/A: `{repo['base'][:8]}` against itself)" in text
     assert "| same draws | same draws | 2 |" in text and "7 samples a side alternated ABBA" in text
     assert "host clock under the Triton interpreter" in text
     assert any(line.startswith("[1/2] greedy logits R=2 K=2 V=300 phi=0.0") for line in lines), lines
@@ -191,8 +207,8 @@ def test_a_a_signoff_of_a_commit_against_itself_passes(repo):
 
 
 def test_a_planted_commit_is_reported_at_its_touched_points_only(repo):
-    """PLANTED_BALLAST_ITERS raised in a commit: mrv2's block point with draft logits (the
-    residual-mass kernel) regresses; its greedy point, measured in the same run, does not."""
+    """A commit whose mrv2 runs a planted delay kernel at block points with draft logits: that
+    point is slower; its greedy point, measured in the same run, is not."""
     result = paired.signoff_commits(
         repo["path"],
         repo["base"],
@@ -209,8 +225,8 @@ def test_a_planted_commit_is_reported_at_its_touched_points_only(repo):
     assert by_mode.ratio["block"] > 1.5 and by_mode.head_commit["block"] == repo["planted"]
     assert by_mode.test["block"] == "mann-whitney"
     assert result.exit_code == 1
-    assert "**FAIL** (exit 1): 1 regression out of 2 points" in result.report
-    assert "### Regressions (1)" in result.report and "| same draws |" in result.report
+    assert "**FAIL** (exit 1): 1 slower out of 2 points" in result.report
+    assert "### Slower (1)" in result.report and "| same draws |" in result.report
 
 
 def test_crashed_sides_semantics_violations_and_missing_subjects_exit_2(repo, monkeypatch, capsys, tmp_path):
@@ -260,7 +276,8 @@ def test_crashed_sides_semantics_violations_and_missing_subjects_exit_2(repo, mo
     assert one_sided.count("| no result |") == 4
     assert "skipped: not measured: head has no subject mrv2-pre50939" in one_sided
     assert f"Not measured: subject `mrv2-pre50939` is not at head `{repo['broken'][:8]}`" in text
-    assert "Other points — unchanged: 1" in text
+    # The one point both sides measured, on the interpreter's host clock: same or inconclusive.
+    assert "Compared points — slower: 0, faster: 0, " in text and "Skipped: 0" in text
     assert "specsample worker: head (mrv2@" in printed.out and "crashed at block" in printed.out  # progress log
 
 

@@ -363,10 +363,15 @@ def signoff_commits(
     host: bool = False,
     environment: Mapping[str, object] | None = None,
     log: Callable[[str], None] = print,
+    head_subject: Callable[[str, str], str] | None = None,
 ) -> SignoffResult:
     """Our subjects at ``base`` against the same subjects at ``head`` (revs of ``repo``; one
     commit on both sides is an A/A run), measured paired (:func:`measure_paired`) and judged
     (:func:`.stats.compare`, :func:`.stats.exit_code`).
+
+    ``head_subject(s, sha)``: the subject timed as head for the tier's subject ``s`` (default
+    ``s@sha``); the sign-off's validation wraps some in a planted delay
+    (:func:`.validate.planted_name`).
 
     ``tier``, ``sweeps``, ``subjects`` and ``only`` select the points (:func:`points`). A subject
     one commit lacks is not measured and its points are one-sided. ``SignoffError`` for a rev
@@ -399,7 +404,12 @@ def signoff_commits(
             absent = subjects_absent(sha, wanted, label)
             for name, why in absent.items():
                 log(f"specsample signoff: {label} {sha[:8]} has no subject {name}: its points are one-sided ({why})")
-            sides.append(Side(label, sha, _commit_date(repo, sha), lambda s, sha=sha: f"{s}@{sha}", absent))
+            name_of = (
+                (lambda s, sha=sha: head_subject(s, sha))
+                if label == "head" and head_subject
+                else (lambda s, sha=sha: f"{s}@{sha}")
+            )
+            sides.append(Side(label, sha, _commit_date(repo, sha), name_of, absent))
         frame = measure_paired(
             *sides,
             chosen,

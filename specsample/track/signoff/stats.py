@@ -23,7 +23,7 @@ Two defaults for ``min_effect``, because the drift depends on how the two sides 
   floor with margin and well below the 5% slowdown the sign-off must catch (a 5% regression
   clears it by 3 points; significance comes from 30 samples a side). Validated by
   ``specsample signoff-validate`` (:mod:`.validate`: A/A runs and planted 3/5/10% slowdowns,
-  the residual-mass kernel's test-only ``ballast_iters``).
+  a delay kernel wrapped around the subject, :mod:`specsample.subjects.planted`).
 * :data:`ASV_MIN_EFFECT` = 5% (asv's own) for results measured in separate processes (committed
   asv results, ``--variants``): there the same kernel differs by up to ~6% between processes on
   the H200, so a smaller threshold would flag noise. ``specsample signoff-validate`` measures
