@@ -22,7 +22,7 @@ from specsample.cli import main
 from specsample.track import signoff
 from specsample.track.asv_runs import git, worktree
 from specsample.track.results import COLUMNS
-from specsample.track.signoff import paired, validate
+from specsample.track.signoff import paired
 
 pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
 

@@ -109,7 +109,9 @@ def test_separate_process_rows_pair_other_runs_sides_at_the_asv_threshold(tmp_pa
         ("A/A (separate) 2", "planted 10%", "A/A 2"),
     ]
     assert all(
-        s.verdicts.attrs["thresholds"] == {"alpha": 0.002, "min_effect": 0.05, "min_abs_seconds": 0.0} for s in seps
+        {k: s.verdicts.attrs["thresholds"][k] for k in ("alpha", "min_effect", "min_abs_seconds")}
+        == {"alpha": 0.002, "min_effect": 0.05, "min_abs_seconds": 0.0}
+        for s in seps
     )
     rows = {s.name: validate.judge_separate(s) for s in seps}
     assert rows["A/A (separate) 1"]["verdict"] == "no false alarm"
