@@ -459,6 +459,7 @@ def cmd_signoff(args: argparse.Namespace) -> int:
 
 def cmd_bisect(args: argparse.Namespace) -> int:
     from .bisect import BisectError, bisect, report, runner
+    from .track import signoff
 
     _set_vllm_repo(args)
     _check_noise_options(args, "specsample bisect")
@@ -486,6 +487,8 @@ def cmd_bisect(args: argparse.Namespace) -> int:
         device="cpu" if host else "cuda",
         host=host,
         l2="warm" if host else "cold",
+        min_effect=signoff.PAIRED_MIN_EFFECT if args.min_effect is None else args.min_effect,
+        min_abs_seconds=signoff.PAIRED_MIN_ABS_SECONDS if args.min_abs_us is None else args.min_abs_us * 1e-6,
         log=lambda line: print(line, flush=True),
     )
     print(
@@ -508,6 +511,8 @@ def cmd_bisect(args: argparse.Namespace) -> int:
         "gpu_state": measurer.gpu,
         "options": {
             "samples": args.samples,
+            "min_effect": measurer.min_effect,
+            "min_abs_seconds": measurer.min_abs_seconds,
             "noise_target": args.noise_target,
             "time_cap_s": args.time_cap,
             "lock_clocks": args.lock_clocks,
@@ -1119,6 +1124,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="where placeholders sit (default trailing)",
     )
     bi.add_argument("--samples", type=int, default=30, help="samples per side at the first try of each step")
+    bi.add_argument(
+        "--min-effect",
+        type=float,
+        default=None,
+        help="smallest relative change that counts, and the margin of 'same' (default 0.02)",
+    )
+    bi.add_argument("--min-abs-us", type=float, default=None, help="time changes must also exceed this (default 0.5)")
     _add_noise_options(bi)
     bi.add_argument(
         "--max-effort", type=int, default=2, help="retries of an inconclusive step, each with twice the samples"

@@ -245,3 +245,50 @@ def test_cli_unknown_change_id(tmp_path):
     out = tmp_path / "out"
     proc = _cli("--change", "abcdef", "--results", str(REPO / "results"), "--out", str(out), cwd=REPO)
     assert proc.returncode == 2 and "change id 'abcdef'" in proc.stderr and not out.exists()
+
+
+# ---- end to end on the CPU: real workers, a test-built checkout with a planted delay ---------
+
+PLANT = """
+
+# ---- test-only plant (tests/test_bisect.py) ----
+from .planted import PlantedSubject as _Planted
+
+SUBJECTS = tuple(
+    _Planted(s.name, s.summary, s.capabilities, s.prepare_inputs, provenance=s.provenance, base=s, extra=1024)
+    if s.name == "mrv2" else s
+    for s in SUBJECTS
+)
+"""
+
+
+def test_bisect_end_to_end_finds_the_planted_commit(tmp_path, monkeypatch):
+    """Five commits of this specsample/, the planted delay added to mrv2 in the third: the command
+    measures with real worker processes (host timer under the interpreter) and names it."""
+    from gitrepo import make_repo
+
+    monkeypatch.setenv("SPECSAMPLE_CACHE", str(tmp_path / "cache"))
+    repo = make_repo(tmp_path / "repo")
+    (repo / "asv.conf.json").write_text("{}")  # the command's repository root
+    shas = [_git(repo, "rev-parse", "HEAD").strip()]
+    for i in range(1, 5):
+        if i == 2:
+            ours = repo / "specsample" / "subjects" / "ours.py"
+            ours.write_text(ours.read_text() + PLANT)
+        else:
+            (repo / "CHANGES").write_text(str(i))
+        _git(repo, "add", "-A")
+        _git(repo, "commit", "-q", "-m", f"c{i}")
+        shas.append(_git(repo, "rev-parse", "HEAD").strip())
+    out = tmp_path / "out"
+    proc = _cli(
+        shas[0], shas[-1], "--host", "--mode", "block", "--draft", "logits", "--num-reqs", "2",
+        "--num-speculative-steps", "2", "--vocab-size", "300", "--placeholder-density", "0",
+        "--samples", "8", "--min-effect", "0.5", "--min-abs-us", "0", "--max-effort", "1", "--out", str(out),
+        cwd=repo,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    data = json.loads((out / "bisect.json").read_text())
+    assert data["culprit"] == shas[2] and data["status"] == "found" and data["direction"] == "slower"
+    assert data["commits"] == shas and 1 <= data["steps_count"] <= 3
+    assert f"culprit: {shas[2][:10]}" in proc.stdout and (out / "bisect.md").is_file()
