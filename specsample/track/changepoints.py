@@ -188,6 +188,9 @@ NEWEST_COLUMNS: dict[str, str] = {
     "threshold": "float64",
     "call_change": "float64",  # a stage series: its point's call latency, previous -> newest
     "verdict": "str",  # "regression" | "improvement" | "shift" | "unchanged"
+    # The four-way verdict (as sign-off's): "slower" | "faster" beyond the threshold; "same" when
+    # the change's whole interval lies within ±threshold; "inconclusive" otherwise.
+    "four_way": "str",
 }
 
 
@@ -342,13 +345,18 @@ def newest_vs_previous(frame: pd.DataFrame) -> pd.DataFrame:
     out["verdict"] = np.select(
         [(worse | better) & shift, worse, better], ["shift", "regression", "improvement"], "unchanged"
     )
+    within = (out["change_lo"] >= -out["threshold"]) & (out["change_hi"] <= out["threshold"])
+    out["four_way"] = np.select(
+        [worse, better, within.fillna(False).to_numpy(dtype=bool)], ["slower", "faster", "same"], "inconclusive"
+    )
     return _typed(out, frame, key, NEWEST_COLUMNS)
 
 
 def newest_summary(points: pd.DataFrame) -> pd.DataFrame:
     """:func:`newest_vs_previous` per machine and benchmark: ``previous`` (the commit most of its
     points are compared with), ``newest``, ``points``, ``geomean_change`` (of newest/previous),
-    ``min_change``, ``max_change``, ``regressions``, ``improvements``; benchmarks with
+    ``min_change``, ``max_change``, ``regressions``, ``improvements``, ``same`` and
+    ``inconclusive`` (the four-way verdict's other two); benchmarks with
     regressions first, then by the largest regression."""
     columns = [
         "machine",
@@ -363,6 +371,8 @@ def newest_summary(points: pd.DataFrame) -> pd.DataFrame:
         "max_change",
         "regressions",
         "improvements",
+        "same",
+        "inconclusive",
     ]
     if points.empty:
         return pd.DataFrame(columns=columns)
@@ -372,6 +382,8 @@ def newest_summary(points: pd.DataFrame) -> pd.DataFrame:
         _reg=points["verdict"] == "regression",
         _imp=points["verdict"] == "improvement",
         _worst=points["effect"].where(points["verdict"] == "regression", 0.0),
+        _same=points["four_way"] == "same",
+        _inc=points["four_way"] == "inconclusive",
     )
     summary = (
         frame.groupby(["machine", "benchmark"], sort=False)
@@ -386,6 +398,8 @@ def newest_summary(points: pd.DataFrame) -> pd.DataFrame:
             max_change=("change", "max"),
             regressions=("_reg", "sum"),
             improvements=("_imp", "sum"),
+            same=("_same", "sum"),
+            inconclusive=("_inc", "sum"),
             _worst=("_worst", "max"),
         )
         .reset_index()
@@ -715,7 +729,7 @@ def report(changes: pd.DataFrame, newest: pd.DataFrame, *, limit: int = 50) -> s
         lines.append(
             f"{machine}: newest vs previous, {int(part['points'].sum())} points in "
             f"{len(part)} benchmarks: {flagged[0]} slower, {flagged[1]} faster beyond the "
-            f"noise floor"
+            f"noise floor, {int(part['same'].sum())} same, {int(part['inconclusive'].sum())} inconclusive"
         )
         for row in part[(part["regressions"] > 0) | (part["improvements"] > 0)].to_dict("records"):
             lines.append(
