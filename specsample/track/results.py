@@ -390,6 +390,8 @@ def _load_outcomes(machine_dir: Path, problems: list[Problem]) -> list[dict]:
                         "o_status": record.get("status"),
                         "o_semantics": record.get("semantics"),
                         "o_reason": record.get("reason"),
+                        "o_n_throttled": record.get("n_throttled"),
+                        "o_sm_clock_mhz": record.get("sm_clock_mhz"),
                     }
                 )
         except (_Skip, KeyError, TypeError, AttributeError) as exc:
@@ -418,6 +420,8 @@ def apply_outcomes(frame: pd.DataFrame, outcomes: list[dict]) -> pd.DataFrame:
     frame["status"] = pd.array(status, dtype="str")
     frame["semantics"] = _as_dtype(merged["o_semantics"], "str").array
     frame["reason"] = _as_dtype(merged["o_reason"], "str").array
+    for column in ("n_throttled", "sm_clock_mhz"):  # the GPU state, where the run recorded it
+        frame[column] = _as_dtype(merged[f"o_{column}"], COLUMNS[column]).array
     return frame
 
 
