@@ -164,9 +164,9 @@ class PairedMeasurer:
         seconds = time.monotonic() - start
         self.gpu = outcome.gpu or self.gpu
         records = outcome.records.get(unit.key, {})
-        bad_status = {k: r for k, r in records.items() if r.get("status") != "ok"}
         for label in LABELS:
             records.setdefault(label, {"status": "failed", "reason": "no record came back"})
+        bad_status = {k: records[k] for k in ("good", "bad") if records[k].get("status") != "ok"}
         figures = {label: _figures(records[label]) for label in LABELS}
         if records["mid"]["status"] != "ok":
             why = f"{records['mid']['status']}: {records['mid'].get('reason') or 'no reason given'}"
