@@ -292,3 +292,44 @@ def test_bisect_end_to_end_finds_the_planted_commit(tmp_path, monkeypatch):
     assert data["culprit"] == shas[2] and data["status"] == "found" and data["direction"] == "slower"
     assert data["commits"] == shas and 1 <= data["steps_count"] <= 3
     assert f"culprit: {shas[2][:10]}" in proc.stdout and (out / "bisect.md").is_file()
+
+
+def test_paired_measurer_times_good_commit_and_bad_in_one_unit_and_scales_effort(tmp_path):
+    """The runner's measurer against a stand-in for the worker: what it asks for, how it judges."""
+    rng = np.random.default_rng(7)
+    asked = []
+
+    def run_units(units, options, log):
+        (unit,) = units
+        asked.append((unit, options))
+        from specsample.worker import Outcome
+
+        out = Outcome()
+        levels = {"good": 100e-6, "mid": 107e-6, "bad": 107e-6}
+        if "dead" in unit.subjects[1]:
+            out.records[unit.key] = {
+                "good": {"status": "ok", "samples": [1e-4] * 9},
+                "mid": {"status": "crashed", "reason": "killed by SIGSEGV"},
+            }
+            return out
+        out.records[unit.key] = {
+            label: {"status": "ok", "samples": list(level * np.exp(rng.normal(0, 0.003, options.num_samples)))}
+            for label, level in levels.items()
+        }
+        return out
+
+    target = runner.Target(tmp_path, "mrv2", {"mode": "block"}, vllm=False)
+    measurer = runner.PairedMeasurer(
+        target, "g" * 40, "b" * 40, samples=20, noise_target=0.004, run_units=run_units, log=lambda line: None
+    )
+    probe = measurer("m" * 40, 1)
+    unit, options = asked[-1]
+    assert unit.subjects == ("mrv2@" + "g" * 40, "mrv2@" + "m" * 40, "mrv2@" + "b" * 40)
+    assert unit.labels == runner.LABELS and unit.point == {"mode": "block"}
+    assert options.num_samples == 40 and options.noise_target == 0.002 and options.time_cap_s == 10.0
+    assert probe.vs_good.verdict == "slower" and probe.vs_bad.verdict == "same" and probe.effort == 1
+    assert probe.figures["mid"]["n_samples"] == 40
+    dead = measurer("dead" + "0" * 36, 0)
+    assert dead.skipped.startswith("crashed: killed by SIGSEGV") and dead.vs_good is None
+    vllm = runner.Target(tmp_path, "vllm", {}, vllm=True)
+    assert vllm.name_at("abc") == "vllm@abc"
