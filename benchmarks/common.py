@@ -161,9 +161,6 @@ def _write_outcomes(sweep: Sweep, units: list[worker.Unit], outcome: worker.Outc
                     "semantics": record.get("semantics"),
                     "reason": record.get("reason") or record.get("semantics_detail") or None,
                     "gpu": record.get("gpu"),
-                    # GPU state (specsample.gpustate): samples left out as throttled, the clock
-                    "n_throttled": record.get("n_throttled"),
-                    "sm_clock_mhz": (record.get("gpu_state") or {}).get("sm_clock_mhz"),
                 }
             )
     sweeps = [{"tier": sweep.tier, "sweep": sweep.name, "copy_bandwidth_gbps": copy_bandwidth / 1e9}]
