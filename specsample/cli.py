@@ -9,6 +9,7 @@ backfill     bench past commits, each from its own checkout; or fetch and bench 
 dashboard    build dashboards/ from results/ (works without a GPU)
 regressions  change points in the committed results' history (works without a GPU)
 signoff      compare two commits, two subjects (vLLM releases, refs), or two subjects' results
+bisect       the first commit where a point's latency moved (vLLM refs or our commits)
 signoff-validate  A/A sign-offs and planted slowdowns: the sign-off's detection matrix
 vllm         fetch vLLM releases into the cache; list what is cached
 gpuinfo      print what the machine has
@@ -333,6 +334,12 @@ def cmd_nightly(args: argparse.Namespace) -> int:
             # One asv run: each sweep is measured once and shared by its Latency, Derived and
             # Stages classes (benchmarks/common.py), so splitting the tier would measure it twice.
             run_tier("nightly", repo=repo, results_dir=results, machine=machine)
+            vllm_repo = os.environ.get("SPECSAMPLE_VLLM_REPO")
+            if vllm_repo and not args.no_bisect:
+                # A change point that showed up on vllm@main tonight: bisect it over vLLM's commits.
+                from .bisect.nightly import auto_bisect
+
+                auto_bisect(results, machine, Path(vllm_repo), log=lambda line: print(line, flush=True))
             publish(repo, results, repo / "html")
             build_site(results, repo / "dashboards")
     except RunError as exc:
@@ -422,6 +429,7 @@ def cmd_signoff(args: argparse.Namespace) -> int:
             "specsample signoff: give BASE HEAD (commits, or subjects such as vllm==0.32.0 "
             "vllm==0.33.0), or --results BASE HEAD"
         )
+    _check_noise_options(args, "specsample signoff")
     tier = args.tier or "quick"
     min_effect = signoff.PAIRED_MIN_EFFECT if args.min_effect is None else args.min_effect
     min_abs = signoff.PAIRED_MIN_ABS_SECONDS if args.min_abs_us is None else args.min_abs_us * 1e-6
@@ -433,6 +441,8 @@ def cmd_signoff(args: argparse.Namespace) -> int:
         min_effect=min_effect,
         min_abs_seconds=min_abs,
         allow_missing=args.allow_missing,
+        fail_on_inconclusive=args.fail_on_inconclusive,
+        sampling={"noise_target": args.noise_target, "time_cap_s": args.time_cap, "lock_clocks": args.lock_clocks},
         log=lambda line: print(line, flush=True),
     )
     try:
@@ -461,6 +471,141 @@ def cmd_signoff(args: argparse.Namespace) -> int:
     if args.report:
         Path(args.report).write_text(result.report)
     return result.exit_code
+
+
+def cmd_bisect(args: argparse.Namespace) -> int:
+    from .bisect import BisectError, bisect, report, runner
+    from .track import signoff
+
+    _set_vllm_repo(args)
+    _check_noise_options(args, "specsample bisect")
+    try:
+        subject, point, good, bad, change = _bisect_what(args)
+        vllm = bool(args.vllm_repo)
+        repo = Path(args.vllm_repo).resolve() if vllm else _repo_root()
+        commits = runner.commit_range(repo, good, bad)
+        target = runner.Target(repo, "vllm" if vllm else subject, point, vllm)
+        runner.check_point(target, commits[0], commits[-1])
+    except BisectError as exc:
+        raise UsageError(f"specsample bisect: {exc}") from None
+    host = args.host
+    if not host:
+        _require_gpu("specsample bisect")
+    machine = "cpu-interpreter" if host else _machine(args)
+    measurer = runner.PairedMeasurer(
+        target,
+        commits[0],
+        commits[-1],
+        samples=args.samples,
+        noise_target=args.noise_target,
+        time_cap_s=args.time_cap,
+        lock_clocks=args.lock_clocks,
+        device="cpu" if host else "cuda",
+        host=host,
+        l2="warm" if host else "cold",
+        min_effect=signoff.PAIRED_MIN_EFFECT if args.min_effect is None else args.min_effect,
+        min_abs_seconds=signoff.PAIRED_MIN_ABS_SECONDS if args.min_abs_us is None else args.min_abs_us * 1e-6,
+        log=lambda line: print(line, flush=True),
+    )
+    print(
+        f"specsample bisect: {len(commits)} commits {commits[0][:10]}..{commits[-1][:10]} of {repo}, "
+        f"{target.name_at('<commit>')} at {_point_text(point)}",
+        flush=True,
+    )
+    try:
+        result = bisect(commits, measurer, max_effort=args.max_effort)
+    except BisectError as exc:
+        raise UsageError(f"specsample bisect: {exc}") from None
+    context = {
+        "repo": str(repo),
+        "vllm": vllm,
+        "subject": target.name_at("<commit>"),
+        "point": point,
+        "point_label": _point_text(point),
+        "change": change,
+        "machine": machine,
+        "gpu_state": measurer.gpu,
+        "options": {
+            "samples": args.samples,
+            "min_effect": measurer.min_effect,
+            "min_abs_seconds": measurer.min_abs_seconds,
+            "noise_target": args.noise_target,
+            "time_cap_s": args.time_cap,
+            "lock_clocks": args.lock_clocks,
+            "max_effort": args.max_effort,
+        },
+    }
+    out = Path(args.out)
+    json_path, md_path = report.write(result, context, out)
+    print(report.headline(result))
+    print(f"specsample bisect: wrote {json_path} and {md_path}")
+    return report.exit_code(result)
+
+
+def _point_text(point: dict) -> str:
+    from .track.changepoints import point_label
+
+    return point_label(point)
+
+
+def _check_noise_options(args: argparse.Namespace, command: str) -> None:
+    target = getattr(args, "noise_target", None)
+    if target is not None and not target > 0:
+        raise UsageError(f"{command}: --noise-target must be > 0 (a relative half-width, e.g. 0.005), got {target}")
+    cap = getattr(args, "time_cap", None)
+    if cap is not None and not cap > 0:
+        raise UsageError(f"{command}: --time-cap must be > 0 seconds, got {cap}")
+
+
+def _bisect_what(args: argparse.Namespace) -> tuple[str, dict, str, str, dict | None]:
+    """(subject, point, GOOD, BAD, change) from the options, or from ``--change ID``."""
+    from .bisect import BisectError
+    from .schema import BASE_POINT
+
+    point = {
+        axis: value
+        for axis, value in (
+            ("mode", args.mode),
+            ("draft", args.draft),
+            ("num_reqs", args.num_reqs),
+            ("num_speculative_steps", args.num_speculative_steps),
+            ("vocab_size", args.vocab_size),
+            ("placeholder_density", args.placeholder_density),
+            ("placeholder_pattern", args.placeholder_pattern),
+        )
+        if value is not None
+    }
+    subject = args.subjects or "mrv2"
+    good, bad, change = args.good, args.bad, None
+    if args.change:
+        from .track import changepoints
+        from .track.results import load_results
+
+        results = Path(args.results_dir)
+        if not results.is_dir():
+            raise BisectError(f"--change: no results directory {results}")
+        df, _ = load_results(results)
+        if args.machine:
+            df = df[df["machine"] == args.machine]
+        try:
+            change = changepoints.find_change(changepoints.detect_all(df), args.change)
+        except ValueError as exc:
+            raise BisectError(str(exc)) from None
+        found = {k: change[k] for k in BASE_POINT if change.get(k) is not None}
+        point = {**found, **point}
+        if not args.subjects and change.get("subject") and "@" not in str(change["subject"]):
+            subject = change["subject"]
+        if good is None or bad is None:
+            if change["dimension"] != "commits" or (args.vllm_repo and str(change.get("subject")).startswith("vllm@")):
+                raise BisectError(
+                    f"--change {args.change}: give GOOD and BAD (vLLM refs) for a change of {change.get('subject')}"
+                )
+            good, bad = change["before"], change["after"]
+    if good is None or bad is None:
+        raise BisectError("give GOOD and BAD (refs), or --change ID of a change point of our commits")
+    missing = [axis for axis in BASE_POINT if axis not in point]
+    point.update({axis: BASE_POINT[axis] for axis in missing})
+    return subject, point, good, bad, change
 
 
 def _signoff_device(args: argparse.Namespace, tier: str) -> dict:
@@ -564,13 +709,14 @@ def _signoff_results(args: argparse.Namespace) -> int:
         verdicts,
         machine_environment(df),
         allow_missing=args.allow_missing,
+        fail_on_inconclusive=args.fail_on_inconclusive,
         title=f"specsample sign-off: {head} vs {base}",
         notes=notes,
     )
     print(report)
     if args.report:
         Path(args.report).write_text(report)
-    return signoff.exit_code(verdicts, allow_missing=args.allow_missing)
+    return signoff.exit_code(verdicts, allow_missing=args.allow_missing, fail_on_inconclusive=args.fail_on_inconclusive)
 
 
 def _when(date, fmt: str) -> str:
@@ -813,6 +959,24 @@ def _add_results_dir(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_noise_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--noise-target",
+        type=float,
+        default=None,
+        help="sample until the median's 99%% CI half-width is below this fraction (e.g. 0.005), at least "
+        "--samples; None: exactly --samples",
+    )
+    p.add_argument(
+        "--time-cap", type=float, default=20.0, help="seconds per point before a noise target gives up (inconclusive)"
+    )
+    p.add_argument(
+        "--lock-clocks",
+        action="store_true",
+        help="lock the SM clock where the box allows it (NVML); the results say whether it did",
+    )
+
+
 def _add_machine(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--machine",
@@ -888,6 +1052,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_machine(n)
     n.add_argument("--no-fetch", action="store_true", help="do not fetch missing vLLM releases first")
+    n.add_argument(
+        "--no-bisect",
+        action="store_true",
+        help="do not bisect a new change point of vllm@main (with a checkout: results/<machine>/culprits/)",
+    )
     _add_vllm_repo(n)
     _add_gpus(n)
     n.set_defaults(func=cmd_nightly)
@@ -967,10 +1136,67 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="pass points measured on one side only (listed in the report) instead of exit 2",
     )
+    s.add_argument(
+        "--fail-on-inconclusive",
+        action="store_true",
+        help="exit 2 when a point is inconclusive (neither slower, faster, nor shown the same)",
+    )
+    _add_noise_options(s)
     _add_machine(s)
     s.add_argument("--report", help="also write the markdown report here")
     _add_vllm_repo(s)
     s.set_defaults(func=cmd_signoff)
+
+    bi = sub.add_parser(
+        "bisect",
+        help="the first commit where a point's latency moved: exit 0 found, 1 not reproducible, 2 error",
+        formatter_class=_Formatter,
+        description="Bisect GOOD..BAD (refs of --vllm-repo, or our commits) at one point: each step "
+        "times the middle commit against GOOD and BAD in one worker process and judges it with "
+        "sign-off's four-way verdict; an inconclusive step is measured again with more samples; a "
+        "commit that does not load or crashes is skipped. Writes bisect.json and bisect.md to --out.",
+    )
+    bi.add_argument("good", nargs="?", help="a commit where the point was fine")
+    bi.add_argument("bad", nargs="?", help="a later commit where it moved (GOOD must be its ancestor)")
+    bi.add_argument(
+        "--change",
+        metavar="ID",
+        help="a change point id from `specsample regressions` (its point; "
+        "and GOOD and BAD for a change over our commits)",
+    )
+    bi.add_argument("--results-dir", default="results", help="asv results directory (--change)")
+    bi.add_argument(
+        "--subjects", metavar="NAME", default=None, help="our subject bisected over our commits (default mrv2)"
+    )
+    bi.add_argument("--mode", choices=MODES, default=None, help="verification mode (default standard)")
+    bi.add_argument("--draft", choices=["logits", "one-hot"], default=None, help="draft kind (default logits)")
+    bi.add_argument("--num-reqs", type=int, default=None, help="R (default 128)")
+    bi.add_argument("--num-speculative-steps", "-K", type=int, default=None, help="K (default 4)")
+    bi.add_argument("--vocab-size", type=int, default=None, help="V (default 151936)")
+    bi.add_argument("--placeholder-density", "--phi", type=float, default=None, help="phi (default 0.5)")
+    bi.add_argument(
+        "--placeholder-pattern",
+        choices=[p for p in PATTERNS if p != "all"],
+        default=None,
+        help="where placeholders sit (default trailing)",
+    )
+    bi.add_argument("--samples", type=int, default=30, help="samples per side at the first try of each step")
+    bi.add_argument(
+        "--min-effect",
+        type=float,
+        default=None,
+        help="smallest relative change that counts, and the margin of 'same' (default 0.02)",
+    )
+    bi.add_argument("--min-abs-us", type=float, default=None, help="time changes must also exceed this (default 0.5)")
+    _add_noise_options(bi)
+    bi.add_argument(
+        "--max-effort", type=int, default=2, help="retries of an inconclusive step, each with twice the samples"
+    )
+    bi.add_argument("--out", default="bisect", help="directory for bisect.json and bisect.md")
+    bi.add_argument("--host", action="store_true", help=argparse.SUPPRESS)  # CPU interpreter: checks the flow only
+    _add_machine(bi)
+    _add_vllm_repo(bi)
+    bi.set_defaults(func=cmd_bisect)
 
     sv = sub.add_parser(
         "signoff-validate",

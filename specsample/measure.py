@@ -22,7 +22,16 @@ import torch
 
 from . import semantics, subjects
 from .schema import BASELINE_SUBJECT, STAGES
-from .timing import HostSampler, Sampler, Timing, TimingConfig, copies_for_cold_l2, describe, interleave
+from .timing import (
+    HostSampler,
+    Sampler,
+    Timing,
+    TimingConfig,
+    copies_for_cold_l2,
+    describe,
+    interleave,
+    interleave_watched,
+)
 from .workloads import Workload, bytes_required, make_inputs
 
 # The eager reference syncs with the host per request and step: a few samples of one call
@@ -117,6 +126,8 @@ def measure_point(
     host: bool = False,
     on_phase: OnPhase = _no_phase,
     labels: Sequence[str] | None = None,
+    monitor=None,
+    until=None,
 ) -> dict[str, PointResult]:
     """Time each subject on ``w``, interleaved; every outcome is a :class:`PointResult`, keyed by
     ``labels`` (default: the names; sign-off's "base" and "head", which may be one subject).
@@ -125,6 +136,10 @@ def measure_point(
     (:func:`specsample.semantics.classify`, against ``mrv2``'s). Exceptions of one subject
     (a failed launch, an assertion in its code) fail that subject only; a CUDA error that
     poisons the context re-raises, since nothing after it in this process can be trusted.
+
+    ``monitor`` and ``until`` (:func:`specsample.timing.interleave_watched`): the GPU state read
+    around each sample (throttled samples left out, the state in ``timing.extra["gpu_state"]``),
+    and sampling by noise target (``timing.extra["capped"]`` when it stopped on the time cap).
     """
     labels = list(labels or names)
     results: dict[str, PointResult] = {}
@@ -169,15 +184,28 @@ def measure_point(
             "ok", semantics=verdict.semantics if verdict else None, semantics_detail=verdict.detail if verdict else ""
         )
     counts = {name: s.sampler.config.num_samples for name, s in samplers.items()}
-    taken, errors = interleave(samplers, counts)
+    # The eager reference's few samples are not held to a noise target.
+    watched = until if all(s.sampler.config is not EAGER_CONFIG for s in samplers.values()) else None
+    taken = interleave_watched(samplers, counts, monitor=monitor, until=watched)
+    errors = taken.errors
     required = bytes_required(w)
     for name, sampler in samplers.items():
         if name in errors:
             _raise_if_poisoned(dev, RuntimeError(errors[name]))
             results[name] = PointResult("failed", reason=errors[name])
             continue
-        t = sampler.sampler.timing(taken[name])
+        if not taken.samples[name]:
+            why = "; ".join(sorted({w for w in taken.states[name].throttled if w}))
+            results[name] = PointResult("failed", reason=f"every sample was taken while the GPU was throttled ({why})")
+            continue
+        t = sampler.sampler.timing(taken.samples[name])
         t.extra["bytes_required"] = required
+        if monitor is not None:
+            t.extra["gpu_state"] = (
+                taken.states[name].summary() if monitor.available else {"state": "unknown", "n_throttled": 0}
+            )
+        if watched is not None:
+            t.extra["capped"] = taken.capped
         results[name].timing = t
     return {label: results[label] for label in labels}
 

@@ -119,7 +119,9 @@ class SubjectName:
     - ``"ours@commit"``: one of ours at a commit of this repository (``"fast@916f2989"``);
     - ``"vllm-release"``: a vLLM release from the package index (``"vllm==0.33.0"``);
     - ``"vllm-ref"``: a commit of a vLLM checkout (``"vllm@main"``, ``"vllm@abc1234"``);
-    - ``"vllm-installed"``: the vLLM installed in this environment (``"vllm"``).
+    - ``"vllm-installed"``: the vLLM installed in this environment (``"vllm"``);
+    - ``"planted"``: any of those with a planted delay kernel, ``BASE+extra=N``
+      (``specsample.subjects.planted``; for validating the sign-off and the bisection).
     """
 
     text: str
@@ -131,6 +133,7 @@ class SubjectName:
 _RELEASE = re.compile(r"^vllm==(\d+\.\d+\.\d+(?:\.post\d+)?)$")
 _REF = re.compile(r"^vllm@([^\s@]+)$")
 _OURS_AT = re.compile(r"^([a-z0-9][a-z0-9-]*)@([0-9a-fA-F]{7,40})$")
+_PLANTED = re.compile(r"^(.+)\+extra=(\d+)$")
 
 
 def parse_subject(text: str) -> SubjectName:
@@ -141,6 +144,9 @@ def parse_subject(text: str) -> SubjectName:
         return SubjectName(text, "ours", text)
     if text == "vllm":
         return SubjectName(text, "vllm-installed", "vllm")
+    if m := _PLANTED.match(text):
+        parse_subject(m.group(1))
+        return SubjectName(text, "planted", m.group(1), m.group(2))
     if m := _RELEASE.match(text):
         return SubjectName(text, "vllm-release", "vllm", m.group(1))
     if m := _REF.match(text):

@@ -179,18 +179,72 @@ def interleave(samplers: Mapping[object, object], counts: Mapping[object, int]) 
 
     Returns ``(samples, errors)``: lists of seconds, and ``"Type: message"`` per failed sampler.
     """
+    taken = interleave_watched(samplers, counts)
+    return taken.samples, taken.errors
+
+
+@dataclass
+class Interleaved:
+    """What :func:`interleave_watched` took: per sampler, the kept samples (throttled ones left
+    out), the errors, each sampler's GPU states (:class:`specsample.gpustate.SampleStates`, when
+    watched), and whether sampling stopped on the time cap before the noise target."""
+
+    samples: dict
+    errors: dict
+    states: dict
+    capped: bool = False
+    seconds: float = 0.0
+
+
+def interleave_watched(
+    samplers: Mapping[object, object],
+    counts: Mapping[object, int],
+    *,
+    monitor=None,
+    until=None,
+    clock: Callable[[], float] = time.monotonic,
+) -> Interleaved:
+    """:func:`interleave`, with the GPU read around each sample and an optional noise target.
+
+    ``monitor`` (:func:`specsample.gpustate.open_monitor`): each sample is read before and after
+    its replay; a throttled one is flagged and left out of the kept samples.
+    ``until`` (:class:`specsample.noise.NoiseTarget`): instead of ``counts``, every sampler is
+    sampled (all together, so the ABBA pairing holds) until each one's kept samples reach the
+    target, at least ``max(counts[k], until.min_samples)`` each, or until the time cap or
+    ``until.max_samples`` (then ``capped``).
+    """
+    from .gpustate import SampleStates
+
     order = list(samplers)
-    samples: dict = {k: [] for k in order}
+    raw: dict = {k: [] for k in order}
+    states: dict = {k: SampleStates() for k in order}
     errors: dict = {}
-    for i in range(max(counts.values(), default=0)):
+    start = clock()
+    capped = False
+    rounds = max(counts.values(), default=0) if until is None else until.max_samples
+    for i in range(rounds):
         for k in order if i % 2 == 0 else order[::-1]:
-            if k in errors or len(samples[k]) >= counts[k]:
+            if k in errors or (until is None and len(raw[k]) >= counts[k]):
                 continue
+            before = monitor.read() if monitor is not None else None
             try:
-                samples[k].append(float(samplers[k].sample()))
+                raw[k].append(float(samplers[k].sample()))
             except Exception as exc:  # noqa: BLE001 - one sampler failing is a result, not a crash
                 errors[k] = describe(exc)
-    return samples, errors
+                continue
+            after = monitor.read() if monitor is not None else None
+            states[k].add(monitor.check(before, after) if monitor is not None else None, after)
+        if until is not None:
+            live = [k for k in order if k not in errors]
+            kept = {k: states[k].keep(raw[k]) for k in live}
+            enough = all(len(raw[k]) >= counts.get(k, 0) and until.reached(kept[k]) for k in live)
+            if not live or enough:
+                break
+            if clock() - start > until.time_cap_s or i == rounds - 1:
+                capped = True
+                break
+    samples = {k: states[k].keep(raw[k]) for k in order}
+    return Interleaved(samples, errors, states, capped, clock() - start)
 
 
 def sample_interleaved(samplers: dict[str, Sampler]) -> dict[str, Timing]:

@@ -71,6 +71,14 @@ class JobOptions:
     stall_s: float = 600.0  # no progress for this long: the running subject is hung
     max_crashes: int = 2
     gpus: tuple[str, ...] | None = None  # several: one worker per GPU over a deterministic shard
+    # GPU state per sample (specsample.gpustate): read NVML around each replay, leave throttled
+    # samples out; lock the SM clock where the box allows it.
+    gpu_state: bool = True
+    lock_clocks: bool = False
+    # Samples by noise target (specsample.noise): None takes num_samples; a relative half-width
+    # of the median's CI samples until it is reached (num_samples at least) or time_cap_s.
+    noise_target: float | None = None
+    time_cap_s: float = 5.0
 
 
 @dataclass
@@ -81,6 +89,7 @@ class Outcome:
     records: dict[str, dict[str, dict]] = field(default_factory=dict)
     provenance: dict[str, dict] = field(default_factory=dict)
     crashes: list[tuple[str, str, str]] = field(default_factory=list)
+    gpu: dict = field(default_factory=dict)  # the GPU state monitor of the last worker (gpustate)
     workers: int = 0
     seconds: float = 0.0
     done: int = 0  # units finished by a worker (for progress lines)
@@ -283,6 +292,11 @@ def _run_worker(units, options, outcome, python, log, total, gpu=None, lock=None
             kind = event.get("event")
             if kind == "phase":
                 current_key, current_subject = event["key"], event["subject"]
+            elif kind == "gpu":
+                with lock:
+                    outcome.gpu = event["gpu"]
+                if event["gpu"].get("why"):
+                    log(f"specsample worker: {event['gpu']['why']}")
             elif kind == "provenance":
                 with lock:
                     outcome.provenance[event["subject"]] = event["provenance"]
@@ -382,8 +396,12 @@ def _emit(event: dict) -> None:
 
 
 def _timing_record(t) -> dict:
+    state = t.extra.get("gpu_state")
     return {
         "samples": list(t.samples),
+        "capped": t.extra.get("capped"),
+        "n_throttled": state.get("n_throttled") if state else None,
+        "gpu_state": state,
         "median": t.median,
         "method": t.method,
         "l2": t.l2,
@@ -393,8 +411,9 @@ def _timing_record(t) -> dict:
     }
 
 
-def _measure_unit(unit: Unit, options: JobOptions, on_phase) -> dict[str, dict]:
+def _measure_unit(unit: Unit, options: JobOptions, on_phase, monitor=None) -> dict[str, dict]:
     from . import measure
+    from .noise import NoiseTarget
     from .timing import TimingConfig
     from .workloads import workload_of
 
@@ -411,6 +430,11 @@ def _measure_unit(unit: Unit, options: JobOptions, on_phase) -> dict[str, dict]:
         host=options.host,
         on_phase=on_phase,
         labels=unit.labels,
+        monitor=monitor,
+        # The CPU interpreter's host timer checks the flow only: no noise target there.
+        until=NoiseTarget(options.noise_target, options.time_cap_s)
+        if options.noise_target and not options.host
+        else None,
     )
     records = {}
     for subject, r in results.items():
@@ -472,6 +496,32 @@ def main(argv: list[str] | None = None) -> int:
         Unit(u["key"], u["point"], tuple(u["subjects"]), u["kind"], tuple(u["labels"]) if u["labels"] else None)
         for u in job["units"]
     ]
+
+    monitor = _open_monitor(options)
+    try:
+        return _run_units(units, options, monitor)
+    finally:
+        if monitor is not None:
+            monitor.close()
+
+
+def _open_monitor(options: JobOptions):
+    """The GPU state monitor of this worker (None off the GPU), announced to the parent."""
+    if options.device != "cuda" or options.host or not options.gpu_state:
+        return None
+    from . import gpustate
+
+    monitor = gpustate.open_monitor(gpustate.cuda_pci_bus_id())
+    if options.lock_clocks and monitor.available:
+        monitor.lock_clocks()
+    described = monitor.describe()
+    if options.lock_clocks and not described.get("clocks_locked"):
+        described["why"] = "--lock-clocks: " + str(monitor.locked.get("why"))
+    _emit({"event": "gpu", "gpu": described})
+    return monitor
+
+
+def _run_units(units: list[Unit], options: JobOptions, monitor) -> int:
     from . import measure
     from .timing import describe
 
@@ -489,7 +539,7 @@ def main(argv: list[str] | None = None) -> int:
                 seen.add(name)
                 _emit({"event": "provenance", "subject": name, "provenance": _provenance_of(name)})
         try:
-            records = _measure_unit(unit, options, on_phase)
+            records = _measure_unit(unit, options, on_phase, monitor)
         except Exception as exc:  # noqa: BLE001 - a lost CUDA context, or inputs that cannot be built
             if state["subject"] is None and not measure.context_lost(options.device):
                 # Nothing of a subject's ran yet (e.g. the inputs do not fit): every subject failed.
@@ -497,6 +547,8 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 _emit({"event": "crash", "key": unit.key, "subject": state["subject"], "reason": describe(exc)})
                 return CRASH_EXIT
+        if monitor is not None and monitor.available:
+            _emit({"event": "gpu", "gpu": monitor.describe()})
         _emit({"event": "done", "key": unit.key, "records": records})
     return 0
 

@@ -424,3 +424,20 @@ def test_every_regressions_option_has_help():
     assert {a.dest for a in options} == {"results_dir", "machine", "json"}
     assert all(a.help and a.help.strip() for a in options)
     assert "%(default)s" in sub.formatter_class(prog="x")._get_help_string(options[0])
+
+
+def test_newest_vs_previous_gives_the_four_way_verdict_and_the_summary_counts_it():
+    rows = _series([L] * 12, num_reqs=1, seed=1)  # steady: same
+    rows += _series([L] * 11 + [1.3 * L], num_reqs=2, seed=2)  # slower
+    rows += _series([L] * 11 + [0.7 * L], num_reqs=4, seed=3)  # faster
+    wide = _series([L] * 12, num_reqs=8, seed=4)
+    for row in wide[-2:]:  # medians known to +-15%: the 5% floor can be neither passed nor shown
+        row.update(ci_lo=0.85 * L, ci_hi=1.15 * L)
+    rows += wide
+    newest = cp.newest_vs_previous(to_frame(rows)).set_index("num_reqs")
+    assert newest["four_way"].to_dict() == {1: "same", 2: "slower", 4: "faster", 8: "inconclusive"}
+    summary = cp.newest_summary(newest.reset_index())
+    assert summary[["regressions", "improvements", "same", "inconclusive"]].sum().tolist() == [1, 1, 1, 1]
+    ids = cp.detect(to_frame(rows))["id"]
+    assert ids.str.fullmatch(r"[0-9a-f]{10}").all() and ids.is_unique
+    assert cp.detect(to_frame(rows))["id"].tolist() == ids.tolist()  # stable

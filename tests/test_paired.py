@@ -22,13 +22,27 @@ from specsample.cli import main
 from specsample.track import signoff
 from specsample.track.asv_runs import git, worktree
 from specsample.track.results import COLUMNS
-from specsample.track.signoff import paired, validate
+from specsample.track.signoff import paired
 
 pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
 
 CPU = dict(device="cpu", host=True, l2="warm", environment={}, log=lambda line: None)
 LENIENT = dict(min_effect=0.5, min_abs_seconds=0.0)  # far above the interpreter's host-timer noise
-PLANTED_ITERS = 1024  # about 2.5x a smoke block point's call under the interpreter
+PLANTED_ITERS = 1024  # the delay kernel's iterations: well over 1.5x a smoke block point's call here
+
+# Head of the "planted" commit: mrv2 wrapped in the planted delay (specsample.subjects.planted),
+# which runs in block verification with draft logits only.
+PLANTED_OURS = f"""
+
+# ---- test-only plant (tests/test_paired.py) ----
+from .planted import PlantedSubject as _Planted
+
+SUBJECTS = tuple(
+    _Planted(s.name, s.summary, s.capabilities, s.prepare_inputs, provenance=s.provenance, base=s, extra={PLANTED_ITERS})
+    if s.name == "mrv2" else s
+    for s in SUBJECTS
+)
+"""
 
 # Head of the "broken" commit: mrv2 kills its process in block mode, and accepts every draft
 # (past the -1 placeholders too) where a request has placeholders; mrv2-pre50939 is gone.
@@ -69,6 +83,11 @@ def _commit_on(repo: Path, base: str, message: str, edit) -> str:
         return git(wt, "rev-parse", "HEAD")
 
 
+def _plant(tree: Path) -> None:
+    ours = tree / "specsample" / "subjects" / "ours.py"
+    ours.write_text(ours.read_text() + PLANTED_OURS)
+
+
 def _break(tree: Path) -> None:
     ours = tree / "specsample" / "subjects" / "ours.py"
     ours.write_text(ours.read_text() + BROKEN_OURS)
@@ -80,14 +99,14 @@ def _break(tree: Path) -> None:
 
 @pytest.fixture(scope="module")
 def repo(tmp_path_factory):
-    """base: the working tree's specsample/; planted: base with PLANTED_BALLAST_ITERS raised;
+    """base: the working tree's specsample/; planted: base with mrv2 wrapped in a planted delay;
     broken: base with BROKEN_OURS and mrv2-pre50939 dropped from the schema."""
     root = tmp_path_factory.mktemp("paired")
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("SPECSAMPLE_CACHE", str(root / "cache"))
         path = make_repo(root / "repo")
         base = git(path, "rev-parse", "HEAD")
-        planted = validate.planted_commit(path, base, PLANTED_ITERS)
+        planted = _commit_on(path, base, "planted delay", _plant)
         broken = _commit_on(path, base, "broken head", _break)
         yield {"path": path, "base": base, "planted": planted, "broken": broken}
 
@@ -178,12 +197,9 @@ def test_a_a_signoff_of_a_commit_against_itself_passes(repo):
     assert set(frame.subject) == {"mrv2"} and set(frame.benchmark) == {"bench_sampler.SmokeGridLatency.time_sample"}
     assert (frame.n_samples == 7).all() and np.allclose(frame.value, frame.samples.map(np.median))
     assert (frame.ci_lo <= frame.value).all() and (frame.value <= frame.ci_hi).all()
-    assert set(result.verdicts.verdict) == {"unchanged"} and set(result.verdicts.test) == {"mann-whitney"}
+    assert set(result.verdicts.verdict) == {"same"} and set(result.verdicts.test) == {"mann-whitney"}
     text = result.report
-    assert (
-        f"**PASS** (exit 0): no significant regression out of 2 points (A/A: `{repo['base'][:8]}` against itself)"
-        in text
-    )
+    assert f"**PASS** (exit 0): nothing slower out of 2 points (A/A: `{repo['base'][:8]}` against itself)" in text
     assert "| same draws | same draws | 2 |" in text and "7 samples a side alternated ABBA" in text
     assert "host clock under the Triton interpreter" in text
     assert any(line.startswith("[1/2] greedy logits R=2 K=2 V=300 phi=0.0") for line in lines), lines
@@ -191,8 +207,8 @@ def test_a_a_signoff_of_a_commit_against_itself_passes(repo):
 
 
 def test_a_planted_commit_is_reported_at_its_touched_points_only(repo):
-    """PLANTED_BALLAST_ITERS raised in a commit: mrv2's block point with draft logits (the
-    residual-mass kernel) regresses; its greedy point, measured in the same run, does not."""
+    """A commit whose mrv2 runs a planted delay kernel at block points with draft logits: that
+    point is slower; its greedy point, measured in the same run, is not."""
     result = paired.signoff_commits(
         repo["path"],
         repo["base"],
@@ -205,12 +221,12 @@ def test_a_planted_commit_is_reported_at_its_touched_points_only(repo):
         **LENIENT,
     )
     by_mode = result.verdicts.set_index("mode")
-    assert by_mode.verdict.to_dict() == {"greedy": "unchanged", "block": "regression"}, result.report
+    assert by_mode.verdict.to_dict() == {"greedy": "same", "block": "slower"}, result.report
     assert by_mode.ratio["block"] > 1.5 and by_mode.head_commit["block"] == repo["planted"]
     assert by_mode.test["block"] == "mann-whitney"
     assert result.exit_code == 1
-    assert "**FAIL** (exit 1): 1 regression out of 2 points" in result.report
-    assert "### Regressions (1)" in result.report and "| same draws |" in result.report
+    assert "**FAIL** (exit 1): 1 slower out of 2 points" in result.report
+    assert "### Slower (1)" in result.report and "| same draws |" in result.report
 
 
 def test_crashed_sides_semantics_violations_and_missing_subjects_exit_2(repo, monkeypatch, capsys, tmp_path):
@@ -259,7 +275,8 @@ def test_crashed_sides_semantics_violations_and_missing_subjects_exit_2(repo, mo
     assert one_sided.count("| no result |") == 4
     assert "skipped: not measured: head has no subject mrv2-pre50939" in one_sided
     assert f"Not measured: subject `mrv2-pre50939` is not at head `{repo['broken'][:8]}`" in text
-    assert "Other points — unchanged: 1" in text
+    # The one point both sides measured, on the interpreter's host clock: same or inconclusive.
+    assert "Compared points — slower: 0, faster: 0, " in text and "Skipped: 0" in text
     assert "specsample worker: head (mrv2@" in printed.out and "crashed at block" in printed.out  # progress log
 
 
@@ -275,7 +292,7 @@ def test_allow_missing_passes_one_sided_points_and_lists_them(repo):
         **LENIENT,
     )
     allowed = paired.signoff_commits(repo["path"], repo["base"], repo["broken"], allow_missing=True, **common)
-    assert allowed.verdicts.set_index("subject").verdict.to_dict() == {"mrv2": "unchanged", "mrv2-pre50939": "missing"}
+    assert allowed.verdicts.set_index("subject").verdict.to_dict() == {"mrv2": "same", "mrv2-pre50939": "missing"}
     assert allowed.exit_code == 0 and signoff.exit_code(allowed.verdicts) == 2
     assert "(allowed by --allow-missing)" in allowed.report
     assert "Allowed by --allow-missing: these points were not compared." in allowed.report
@@ -297,7 +314,7 @@ def test_signoff_of_two_subjects_pairs_them_at_the_template_points():
     verdicts = result.verdicts
     assert "subject" not in verdicts.columns and len(verdicts) == 2
     assert set(verdicts.verdict) <= set(signoff.COMPARED_VERDICTS)
-    assert result.exit_code == (1 if "regression" in set(verdicts.verdict) else 0)
+    assert result.exit_code == (1 if "slower" in set(verdicts.verdict) else 0)
     assert result.report.startswith("## specsample sign-off: fast vs mrv2\n")
     assert "at each point `mrv2` and `fast` in one worker process" in result.report
 

@@ -90,7 +90,7 @@ def test_identical_distributions_are_unchanged():
     base = _frame([_point("b", _lognormal(seed=1, median=100e-6))])
     head = _frame([_point("h", _lognormal(seed=2, median=100e-6))])
     out = compare(base, head)
-    assert out.verdict.tolist() == ["unchanged"]
+    assert out.verdict.tolist() == ["same"]
     assert out.test.iloc[0] == "mann-whitney" and out.p_value.iloc[0] > 0.002
     assert exit_code(out) == 0
 
@@ -99,7 +99,7 @@ def test_ten_percent_slower_with_low_noise_is_a_regression():
     base = _frame([_point("b", _lognormal(seed=3, median=100e-6))])
     head = _frame([_point("h", _lognormal(seed=4, median=110e-6))])
     out = compare(base, head)
-    assert out.verdict.tolist() == ["regression"]
+    assert out.verdict.tolist() == ["slower"]
     assert out.p_value.iloc[0] < 1e-6
     assert out.ratio.iloc[0] == pytest.approx(1.10, rel=0.02)
     assert exit_code(out) == 1
@@ -110,22 +110,22 @@ def test_one_percent_shift_is_unchanged_at_five_percent_min_effect():
     head = _frame([_point("h", _lognormal(seed=6, median=101e-6, sigma=0.001))])
     out = compare(base, head, min_effect=0.05)
     # significant, but too small to block a PR
-    assert out.significant.iloc[0] and out.verdict.tolist() == ["unchanged"]
-    assert compare(base, head, min_effect=0.005).verdict.tolist() == ["regression"]
+    assert out.significant.iloc[0] and out.verdict.tolist() == ["same"]
+    assert compare(base, head, min_effect=0.005).verdict.tolist() == ["slower"]
 
 
 def test_ten_percent_faster_is_an_improvement_and_passes():
     base = _frame([_point("b", _lognormal(seed=7, median=110e-6))])
     head = _frame([_point("h", _lognormal(seed=8, median=100e-6))])
     out = compare(base, head)
-    assert out.verdict.tolist() == ["improvement"] and exit_code(out) == 0
+    assert out.verdict.tolist() == ["faster"] and exit_code(out) == 0
 
 
 def test_failed_benchmark_exits_2_even_next_to_a_regression():
     base = _frame([_point("b", _lognormal(9, 100e-6)), _point("b", _lognormal(10, 100e-6), num_reqs=1)])
     head = _frame([_point("h", _lognormal(11, 130e-6)), _point("h", status="failed", num_reqs=1)])
     out = compare(base, head).set_index("num_reqs")
-    assert out.verdict[64] == "regression" and out.verdict[1] == "failed"
+    assert out.verdict[64] == "slower" and out.verdict[1] == "failed"
     assert exit_code(out.reset_index()) == 2
 
 
@@ -157,7 +157,7 @@ def test_points_measured_on_one_side_only_are_not_a_pass():
         3: "new",
         4: "new",
         5: "skipped",
-        6: "unchanged",
+        6: "same",
     }
     assert exit_code(out) == 2
     assert exit_code(out, allow_missing=True) == 0
@@ -184,7 +184,7 @@ def test_crashed_or_failed_on_either_side_fails_the_signoff():
         ]
     )
     out = compare(base, head)
-    assert out.set_index("num_reqs").verdict.to_dict() == {1: "crashed", 2: "crashed", 3: "failed", 4: "unchanged"}
+    assert out.set_index("num_reqs").verdict.to_dict() == {1: "crashed", 2: "crashed", 3: "failed", 4: "same"}
     assert exit_code(out) == 2 and exit_code(out, allow_missing=True) == 2
     assert out.head_reason.iloc[0] == "hung: no progress for 600 s"
     text = report_markdown(out)
@@ -222,8 +222,8 @@ def test_head_violating_placeholder_semantics_where_base_does_not_fails():
     # a faster wrong kernel is not an improvement; base violating too is not head's doing
     assert out.set_index("num_reqs").verdict.to_dict() == {
         1: "violation",
-        2: "unchanged",
-        3: "unchanged",
+        2: "same",
+        3: "same",
         4: "violation",
     }
     assert out.ratio.iloc[0] == pytest.approx(0.8, rel=0.02)
@@ -260,7 +260,7 @@ def test_one_sided_points_are_listed_and_allowed_only_on_request():
     assert strict.startswith("## specsample sign-off\n\n**FAIL** (exit 2): 1 point measured on one side only out of 2")
     assert "pass --allow-missing to accept them" in strict
     assert (
-        "**PASS** (exit 0): no significant regression, 1 point measured on one side only (allowed by "
+        "**PASS** (exit 0): nothing slower, 1 point measured on one side only (allowed by "
         "--allow-missing) out of 2 points" in allowed
     )
     section = allowed.split("### Measured on one side only (1: 1 missing at head, 0 new at head)")[1]
@@ -274,9 +274,12 @@ def test_few_samples_fall_back_to_confidence_intervals():
     base = _frame([_point("b", _lognormal(16, 100e-6, n=5), ci=(99e-6, 101e-6))])
     head = _frame([_point("h", _lognormal(17, 120e-6, n=5), ci=(119e-6, 121e-6))])
     out = compare(base, head)
-    assert out.test.iloc[0] == "ci-overlap" and out.verdict.iloc[0] == "regression"
+    assert out.test.iloc[0] == "ci-overlap" and out.verdict.iloc[0] == "slower"
     overlapping = _frame([_point("h", _lognormal(17, 120e-6, n=5), ci=(100e-6, 121e-6))])
-    assert compare(base, overlapping).verdict.iloc[0] == "unchanged"
+    # Neither different nor shown within the 5% margin: too few samples to tell.
+    assert compare(base, overlapping).verdict.iloc[0] == "inconclusive"
+    close = _frame([_point("h", _lognormal(17, 100e-6, n=5), ci=(99.5e-6, 101.5e-6))])
+    assert compare(base, close).verdict.iloc[0] == "same"
 
 
 def test_no_samples_uses_ci_and_track_points_use_the_ratio():
@@ -288,8 +291,8 @@ def test_no_samples_uses_ci_and_track_points_use_the_ratio():
     head = _frame([_point("h", value=0.60, benchmark=bw)])
     out = compare(base, head)
     # lower achieved bandwidth is worse, although asv would call it an improvement
-    assert out.test.iloc[0] == "ratio-only" and out.verdict.iloc[0] == "regression"
-    assert compare(base, head, higher_is_better=()).verdict.iloc[0] == "improvement"
+    assert out.test.iloc[0] == "ratio-only" and out.verdict.iloc[0] == "slower"
+    assert compare(base, head, higher_is_better=()).verdict.iloc[0] == "faster"
 
 
 def test_duplicate_keys_are_refused():
@@ -323,7 +326,7 @@ def test_compare_variants_pairs_on_everything_but_the_subject():
     rows = [_point("c" * 40, _lognormal(30 + n, 100e-6), subject="mrv2-pre50939", num_reqs=n) for n in (1, 64)]
     rows += [_point("c" * 40, _lognormal(40 + n, 72e-6), subject="mrv2", num_reqs=n) for n in (1, 64)]
     out = compare_variants(_frame(rows), "mrv2-pre50939", "mrv2")
-    assert len(out) == 2 and set(out.verdict) == {"improvement"}
+    assert len(out) == 2 and set(out.verdict) == {"faster"}
     assert out.ratio.to_numpy() == pytest.approx(0.72, rel=0.02)
     assert set(out.base_subject) == {"mrv2-pre50939"} and set(out.head_subject) == {"mrv2"}
     assert "subject" not in out.columns and "commit" in out.columns
@@ -391,13 +394,13 @@ def test_report_markdown_has_summary_tables_noise_and_machine():
     }
     text = report_markdown(compare(base, head), machine, notes=["Measured somehow."])
     assert text.startswith("## specsample sign-off")
-    assert "**FAIL** (exit 1): 1 regression out of 3 points (base `bbbbbbbb` → head `cccccccc`)" in text
-    assert "### Regressions (1)" in text and "### Improvements (1)" in text
+    assert "**FAIL** (exit 1): 1 slower out of 3 points (base `bbbbbbbb` → head `cccccccc`)" in text
+    assert "### Slower (1)" in text and "### Faster (1)" in text
     assert "| benchmark | point | base | head | change | p | semantics (base → head) |" in text
-    assert f"| `{BENCH}` | mrv2 standard logits R=64" not in text  # unchanged point not listed
+    assert f"| `{BENCH}` | mrv2 standard logits R=64" not in text  # a point the same is not listed
     row = "| mrv2 standard logits R=1 K=4 V=151936 phi=0.5 trailing | 99.8 µs | 115 µs | +14.9% |"
     assert row in text and "| not checked |" in text
-    assert "unchanged: 1" in text and "Noise: median relative IQR" in text
+    assert "same: 1" in text and "Noise: median relative IQR" in text
     assert text.rstrip().endswith("Measured somehow.")
     assert "GPU `NVIDIA H200`" in text and "triton `3.6.0`" in text
 
@@ -413,7 +416,7 @@ def test_report_markdown_pass():
     base = _frame([_point("b", _lognormal(60, 1e-4))])
     head = _frame([_point("h", _lognormal(61, 1e-4))])
     text = report_markdown(compare(base, head))
-    assert "**PASS** (exit 0): no significant regression out of 1 points" in text and "### Regressions" not in text
+    assert "**PASS** (exit 0): nothing slower out of 1 points" in text and "### Slower" not in text
 
 
 # ---------------------------------------------------------------------------------------------
@@ -432,9 +435,9 @@ def test_fixture_planted_kernel_step_is_a_regression(fixture_df):
     head = fixture_df[fixture_df.commit == commits[2]]
     out = compare(base, head)
     kernel = out[out.metric == "track_stage_us"]
-    assert set(kernel[kernel.subject == "mrv2"].verdict) == {"regression"}
+    assert set(kernel[kernel.subject == "mrv2"].verdict) == {"slower"}
     assert kernel[kernel.subject == "mrv2"].ratio.to_numpy() == pytest.approx(1.15)
-    assert set(kernel[kernel.subject == "mrv2-pre50939"].verdict) == {"unchanged"}
+    assert set(kernel[kernel.subject == "mrv2-pre50939"].verdict) == {"same"}
     # the planted failed track_bandwidth_fraction points, and track_ratio_to_mrv2 for mrv2
     assert exit_code(out) == 2
     # 5 samples a point in the nightly sweep: CI fallback, as asv would do
@@ -453,9 +456,9 @@ def test_absolute_floor_keeps_a_sub_microsecond_shift_of_a_tiny_point_unchanged(
     base = _frame([_point("b", _lognormal(seed=21, median=11.6e-6, sigma=0.002))])
     head = _frame([_point("h", _lognormal(seed=22, median=11.6e-6 * 1.03, sigma=0.002))])
     strict = compare(base, head, min_effect=signoff.PAIRED_MIN_EFFECT)
-    assert strict.verdict.tolist() == ["regression"] and strict.significant.iloc[0]
+    assert strict.verdict.tolist() == ["slower"] and strict.significant.iloc[0]
     floored = compare(base, head, min_effect=signoff.PAIRED_MIN_EFFECT, min_abs_seconds=signoff.PAIRED_MIN_ABS_SECONDS)
-    assert floored.verdict.tolist() == ["unchanged"] and floored.significant.iloc[0]
+    assert floored.verdict.tolist() == ["same"] and floored.significant.iloc[0]
     assert exit_code(floored) == 0
     assert "0.5 µs" in report_markdown(floored)
 
@@ -464,10 +467,10 @@ def test_absolute_floor_still_flags_a_five_percent_regression_of_a_25_us_point()
     base = _frame([_point("b", _lognormal(seed=23, median=25e-6, sigma=0.002))])
     head = _frame([_point("h", _lognormal(seed=24, median=25e-6 * 1.05, sigma=0.002))])  # +1.25 us
     out = compare(base, head, min_effect=signoff.PAIRED_MIN_EFFECT, min_abs_seconds=signoff.PAIRED_MIN_ABS_SECONDS)
-    assert out.verdict.tolist() == ["regression"]
+    assert out.verdict.tolist() == ["slower"]
     # and the improvement side is floored the same way
     out = compare(head, base, min_effect=signoff.PAIRED_MIN_EFFECT, min_abs_seconds=2e-6)
-    assert out.verdict.tolist() == ["unchanged"]
+    assert out.verdict.tolist() == ["same"]
 
 
 def test_absolute_floor_ignores_points_not_in_a_time_unit():
@@ -476,12 +479,12 @@ def test_absolute_floor_ignores_points_not_in_a_time_unit():
     base = _frame([_point("b", value=0.50, benchmark=bench)])
     head = _frame([_point("h", value=0.40, benchmark=bench)])
     out = compare(base, head, min_abs_seconds=1.0)
-    assert out.verdict.tolist() == ["regression"]  # ratio-only for track_*, and not floored
+    assert out.verdict.tolist() == ["slower"]  # ratio-only for track_*, and not floored
     latency = "bench_sampler.NightlyBatchDerived.track_latency_us"
     us = (
         _frame([_point("b", value=20.0, benchmark=latency)]).assign(unit="us"),
         _frame([_point("h", value=20.4, benchmark=latency)]).assign(unit="us"),
     )  # +0.4 us, +2%
     out = compare(*us, min_effect=0.01, min_abs_seconds=0.5e-6)
-    assert out.verdict.tolist() == ["unchanged"]
-    assert compare(*us, min_effect=0.01).verdict.tolist() == ["regression"]
+    assert out.verdict.tolist() == ["same"]
+    assert compare(*us, min_effect=0.01).verdict.tolist() == ["slower"]

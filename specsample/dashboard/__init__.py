@@ -77,7 +77,7 @@ def build_dashboard(
     releases = select.release_rows(data)
     placeholder_change = select.placeholder_change(releases)
     context = Context(
-        changes=changepoints.detect(data, "commits"),
+        changes=_with_culprits(changepoints.detect(data, "commits"), results_dir),
         release_changes=changepoints.detect(releases, "releases"),
         placeholder_change=placeholder_change,
     )
@@ -111,3 +111,13 @@ def build_dashboard(
         captions=captions,
         provenance=provenance,
     )
+
+
+def _with_culprits(changes, results_dir):
+    """``changes`` with a ``culprit`` column: what the nightly's bisection of each found
+    (:mod:`specsample.bisect.nightly`), empty where none ran."""
+    from ..bisect.nightly import culprit_text, load_culprits
+
+    found = load_culprits(results_dir)
+    ids = changes["id"] if "id" in changes else [None] * len(changes)
+    return changes.assign(culprit=[culprit_text(found.get(i)) for i in ids])

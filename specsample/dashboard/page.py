@@ -285,7 +285,7 @@ def _changes_table(changes: pd.DataFrame, dimension: str, empty: str) -> dict:
                 "short": _short_benchmark(change["benchmark"]),
                 "subject": _text(change.get("subject")) or "vLLM releases",
                 "point": changepoints.point_label(change, axes),
-                "range": f"{before} … {after}",
+                "range": f"{before} … {after}" + (f"; {change['culprit']}" if change.get("culprit") else ""),
                 "levels": f"{_value(change['value_before'], change['unit'])} → "
                 f"{_value(change['value_after'], change['unit'])}{call}",
                 "sizes": f"{change['n_before']} / {change['n_after']}",

@@ -263,22 +263,9 @@ def _residual_mass_kernel(
     PLACEHOLDER_FIX: tl.constexpr,
     BLOCK_V: tl.constexpr,
     NUM_BLOCKS_P2: tl.constexpr,
-    # TEST-ONLY planted slowdown (Pipeline's ballast_iters, for validating the sign-off): [N, nb]
-    # scratch, loop iterations, and which programs pay it (every BALLAST_EVERY-th, by row + block)
-    ballast_ptr=None,
-    BALLAST_ITERS: tl.constexpr = 0,
-    BALLAST_EVERY: tl.constexpr = 1,
 ):
     row = tl.program_id(0).to(tl.int64)
     block = tl.program_id(1)
-    if BALLAST_ITERS > 0:
-        # A dependent fp32 chain per element, before the early exits so those programs pay it
-        # whatever the row; the sum is stored so the compiler keeps it. At 0 this is compiled out.
-        if (row + block) % BALLAST_EVERY == 0:
-            acc = (block * BLOCK_V + tl.arange(0, BLOCK_V)).to(tl.float32) + row.to(tl.float32)
-            for _ in range(BALLAST_ITERS):
-                acc = acc * 0.5 + 1.0
-            tl.store(ballast_ptr + row * local_stride + block, tl.sum(acc, 0))
     local_pos = tl.load(expanded_local_pos_ptr + row)
     if (local_pos == 0) | (local_pos >= num_speculative_steps):
         return  # row 0's residual is never needed; bonus rows are excluded
@@ -662,13 +649,6 @@ class Pipeline:
     :func:`_log1m` stands in under the interpreter); ``nan_guard=False`` drops the one deliberate
     difference, mapping NaN logits to -inf on load (specsample documents NaN as -inf; vLLM's
     kernels do not map them), and is the variant that matches vLLM's work exactly.
-
-    ``ballast_iters`` is a TEST-ONLY planted slowdown for validating the sign-off
-    (``specsample signoff-validate``): with it above 0, every ``ballast_every``-th program of
-    the residual-mass kernel (launched only for block verification with draft logits) first runs
-    a dependent fp32 loop of that many iterations over a block-sized vector and stores its sum
-    to a scratch buffer, so only those points get slower while the outputs stay bit-identical.
-    At 0 (the default) the loop is compiled out: the kernel is the same as without it.
     """
 
     def __init__(
@@ -692,8 +672,6 @@ class Pipeline:
         vocab_block_size: int = VOCAB_BLOCK_SIZE,
         block_warps: int = 8,
         resample_block_size: int = RESAMPLE_BLOCK_SIZE,
-        ballast_iters: int = 0,
-        ballast_every: int = 4,
         nan_guard: bool = True,
         fused_reduction: bool = True,
         log1p: str = "libdevice",
@@ -748,10 +726,6 @@ class Pipeline:
         self.cumulative_log_p = torch.empty(n if use_block_verification else 1, **f32)
         residual_needed = use_block_verification and self.has_draft_logits
         self.local_residual_mass = torch.empty(n, nb, **f32) if residual_needed else self.target_local_max
-        # TEST-ONLY planted slowdown (see the class docstring).
-        self.ballast_iters = ballast_iters if residual_needed else 0
-        self.ballast_every = ballast_every if self.ballast_iters > 0 else 1
-        self.ballast = torch.empty(n, nb, **f32) if self.ballast_iters > 0 else None
         self.rates = synthetic_conditional_rates if self.synthetic else temperature
         self.target_rejected_lse = torch.empty(r, **f32)
         self.draft_rejected_lse = torch.empty(r, **f32)
@@ -853,9 +827,6 @@ class Pipeline:
             PLACEHOLDER_FIX=self.placeholder_fix,
             BLOCK_V=self.vocab_block_size,
             NUM_BLOCKS_P2=self.num_blocks_p2,
-            ballast_ptr=self.ballast,
-            BALLAST_ITERS=self.ballast_iters,
-            BALLAST_EVERY=self.ballast_every,
             num_warps=self.block_warps,
         )
 

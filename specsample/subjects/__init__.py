@@ -50,6 +50,10 @@ def _resolve(name: str) -> Subject:
         from . import commits
 
         return commits.subject(parsed)
+    if parsed.kind == "planted":
+        from . import planted
+
+        return planted.subject(parsed)
     from . import vllm
 
     return vllm.subject(parsed)

@@ -30,12 +30,6 @@ from ..validation import check_inputs
 from .base import Capabilities, PreparedCall, Subject, identity
 
 
-# TEST-ONLY: iterations of the planted slowdown in mrv2's residual-mass kernel (the Pipeline's
-# ballast_iters argument) for mrv2 and mrv2-pre50939. 0 here, always: sign-off validation
-# (specsample signoff-validate) makes throw-away commits that change only this number.
-PLANTED_BALLAST_ITERS = 0
-
-
 # mrv2's Pipeline options that make its work vLLM 0.28-0.30's exactly: no NaN -> -inf mapping
 # on load (specsample's documented NaN semantics; 4-6% at R >= 32 on the H200) and vLLM's 4 warps
 # for the stats and residual-mass kernels (docs/performance-log.md, replica fidelity).
@@ -62,9 +56,9 @@ SUBJECTS = (
         "mrv2",
         "Triton MRV2 sampler, post-PR-#50939 (specsample.rejection_sample)",
         Capabilities(),
-        functools.partial(_sampler_call, launch=functools.partial(mrv2.launch, ballast_iters=PLANTED_BALLAST_ITERS)),
+        functools.partial(_sampler_call, launch=mrv2.launch),
         provenance=_provenance(mrv2),
-        pipeline=functools.partial(mrv2.Pipeline, ballast_iters=PLANTED_BALLAST_ITERS),
+        pipeline=mrv2.Pipeline,
     ),
     Subject(
         "fast",
@@ -78,11 +72,9 @@ SUBJECTS = (
         "mrv2-pre50939",
         "REPLICA FOR BENCHMARKING ONLY: the sampler before PR #50939",
         Capabilities(),
-        functools.partial(
-            _sampler_call, launch=functools.partial(pre50939.launch, ballast_iters=PLANTED_BALLAST_ITERS)
-        ),
+        functools.partial(_sampler_call, launch=pre50939.launch),
         provenance=_provenance(pre50939),
-        pipeline=functools.partial(pre50939.Pipeline, ballast_iters=PLANTED_BALLAST_ITERS),
+        pipeline=pre50939.Pipeline,
     ),
     Subject(
         "mrv2-vllm",

@@ -152,6 +152,7 @@ _DESCRIPTION = ("module", "tier", "sweep", "metric", "unit")
 # Columns of detect()'s frame after the series' key columns; positions count points of the
 # series (commits of the machine in date order, or releases in version order).
 CHANGE_COLUMNS: dict[str, str] = {
+    "id": "str",  # stable id (change_id): what `specsample bisect --change ID` names
     "dimension": "str",  # "commits" | "releases"
     "direction": "str",  # "regression" | "improvement"
     "before": "str",  # last commit hash (or release "0.27.1") at the old level
@@ -187,6 +188,9 @@ NEWEST_COLUMNS: dict[str, str] = {
     "threshold": "float64",
     "call_change": "float64",  # a stage series: its point's call latency, previous -> newest
     "verdict": "str",  # "regression" | "improvement" | "shift" | "unchanged"
+    # The four-way verdict (as sign-off's): "slower" | "faster" beyond the threshold; "same" when
+    # the change's whole interval lies within ±threshold; "inconclusive" otherwise.
+    "four_way": "str",
 }
 
 
@@ -239,7 +243,37 @@ def detect(frame: pd.DataFrame, dimension: str = "commits") -> pd.DataFrame:
         changes, changes["direction"], points, key, dimension, changes["before_position"], changes["after_position"]
     )
     changes["shift"] = shift
+    changes["id"] = [change_id(row, key) for row in changes.to_dict("records")]
     return _ranked(_typed(changes, frame, key, CHANGE_COLUMNS))
+
+
+def change_id(row: dict, key: list[str]) -> str:
+    """A change point's stable id: the first 10 hex digits of a hash of its series (the key
+    columns), dimension and its two ends, so the same change keeps its id over later runs."""
+    import hashlib
+
+    parts = [f"{k}={_id_text(row.get(k))}" for k in key]
+    parts += [f"dimension={row['dimension']}", f"before={row['before']}", f"after={row['after']}"]
+    return hashlib.sha1("\n".join(parts).encode()).hexdigest()[:10]
+
+
+def _id_text(value: object) -> str:
+    if value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value)):
+        return ""
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def find_change(changes: pd.DataFrame, change: str) -> dict:
+    """The change whose id starts with ``change`` (at least 4 characters); ``ValueError`` naming
+    the known ids when none or several match."""
+    if len(change) < 4:
+        raise ValueError(f"change id {change!r}: give at least 4 characters")
+    found = changes[changes["id"].str.startswith(change)]
+    if len(found) != 1:
+        known = ", ".join(changes["id"].head(10)) or "none"
+        what = "no change point" if found.empty else f"{len(found)} change points"
+        raise ValueError(f"change id {change!r}: {what} has it (`specsample regressions` lists them; known: {known})")
+    return to_records(found)[0]
 
 
 def detect_all(frame: pd.DataFrame) -> pd.DataFrame:
@@ -311,13 +345,18 @@ def newest_vs_previous(frame: pd.DataFrame) -> pd.DataFrame:
     out["verdict"] = np.select(
         [(worse | better) & shift, worse, better], ["shift", "regression", "improvement"], "unchanged"
     )
+    within = (out["change_lo"] >= -out["threshold"]) & (out["change_hi"] <= out["threshold"])
+    out["four_way"] = np.select(
+        [worse, better, within.fillna(False).to_numpy(dtype=bool)], ["slower", "faster", "same"], "inconclusive"
+    )
     return _typed(out, frame, key, NEWEST_COLUMNS)
 
 
 def newest_summary(points: pd.DataFrame) -> pd.DataFrame:
     """:func:`newest_vs_previous` per machine and benchmark: ``previous`` (the commit most of its
     points are compared with), ``newest``, ``points``, ``geomean_change`` (of newest/previous),
-    ``min_change``, ``max_change``, ``regressions``, ``improvements``; benchmarks with
+    ``min_change``, ``max_change``, ``regressions``, ``improvements``, ``same`` and
+    ``inconclusive`` (the four-way verdict's other two); benchmarks with
     regressions first, then by the largest regression."""
     columns = [
         "machine",
@@ -332,6 +371,8 @@ def newest_summary(points: pd.DataFrame) -> pd.DataFrame:
         "max_change",
         "regressions",
         "improvements",
+        "same",
+        "inconclusive",
     ]
     if points.empty:
         return pd.DataFrame(columns=columns)
@@ -341,6 +382,8 @@ def newest_summary(points: pd.DataFrame) -> pd.DataFrame:
         _reg=points["verdict"] == "regression",
         _imp=points["verdict"] == "improvement",
         _worst=points["effect"].where(points["verdict"] == "regression", 0.0),
+        _same=points["four_way"] == "same",
+        _inc=points["four_way"] == "inconclusive",
     )
     summary = (
         frame.groupby(["machine", "benchmark"], sort=False)
@@ -355,6 +398,8 @@ def newest_summary(points: pd.DataFrame) -> pd.DataFrame:
             max_change=("change", "max"),
             regressions=("_reg", "sum"),
             improvements=("_imp", "sum"),
+            same=("_same", "sum"),
+            inconclusive=("_inc", "sum"),
             _worst=("_worst", "max"),
         )
         .reset_index()
@@ -684,7 +729,7 @@ def report(changes: pd.DataFrame, newest: pd.DataFrame, *, limit: int = 50) -> s
         lines.append(
             f"{machine}: newest vs previous, {int(part['points'].sum())} points in "
             f"{len(part)} benchmarks: {flagged[0]} slower, {flagged[1]} faster beyond the "
-            f"noise floor"
+            f"noise floor, {int(part['same'].sum())} same, {int(part['inconclusive'].sum())} inconclusive"
         )
         for row in part[(part["regressions"] > 0) | (part["improvements"] > 0)].to_dict("records"):
             lines.append(
@@ -709,7 +754,7 @@ def report(changes: pd.DataFrame, newest: pd.DataFrame, *, limit: int = 50) -> s
             noise = "n/a" if not np.isfinite(row["noise"]) else f"{100 * row['noise']:.1f}%"
             call = f", the call {pct(row['call_change'])}" if row["shift"] else ""
             lines.append(
-                f"  {i:3d}. {pct(row['change'])} [{pct(row['change_lo'])}, {pct(row['change_hi'])}] "
+                f"  {i:3d}. [{row['id']}] {pct(row['change'])} [{pct(row['change_lo'])}, {pct(row['change_hi'])}] "
                 f"{row['benchmark']} {subject} {point_label(row, axes)} {where} (noise {noise}, "
                 f"threshold {100 * row['threshold']:.1f}%{call})"
             )

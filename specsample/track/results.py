@@ -80,6 +80,10 @@ COLUMNS: dict[str, str] = {
     "status": "str",  # "ok" | "failed" (asv null) | "skipped" (asv NaN) | "crashed" (outcomes)
     "semantics": "str",  # specsample.schema.SEMANTICS of the subject at this point (outcomes)
     "reason": "str",  # why a point crashed, failed or was skipped, where the run recorded it
+    # GPU state per sample (specsample.gpustate), where the measurement recorded it:
+    "capped": "boolean",  # sampling stopped on the time cap before reaching its noise target
+    "n_throttled": "Int64",  # samples left out: taken while the GPU was throttled
+    "sm_clock_mhz": "float64",  # median SM clock over the kept samples
 }
 
 # The parameter axes of the suite under their canonical names (specsample.schema.AXES); asv's
@@ -386,6 +390,8 @@ def _load_outcomes(machine_dir: Path, problems: list[Problem]) -> list[dict]:
                         "o_status": record.get("status"),
                         "o_semantics": record.get("semantics"),
                         "o_reason": record.get("reason"),
+                        "o_n_throttled": record.get("n_throttled"),
+                        "o_sm_clock_mhz": record.get("sm_clock_mhz"),
                     }
                 )
         except (_Skip, KeyError, TypeError, AttributeError) as exc:
@@ -414,6 +420,8 @@ def apply_outcomes(frame: pd.DataFrame, outcomes: list[dict]) -> pd.DataFrame:
     frame["status"] = pd.array(status, dtype="str")
     frame["semantics"] = _as_dtype(merged["o_semantics"], "str").array
     frame["reason"] = _as_dtype(merged["o_reason"], "str").array
+    for column in ("n_throttled", "sm_clock_mhz"):  # the GPU state, where the run recorded it
+        frame[column] = _as_dtype(merged[f"o_{column}"], COLUMNS[column]).array
     return frame
 
 
@@ -557,6 +565,8 @@ def _as_dtype(series: pd.Series, dtype: str) -> pd.Series:
         return series.astype(object)
     if dtype.startswith("datetime64"):
         return pd.to_datetime(series, utc=True).astype(dtype)
+    if dtype == "boolean":
+        return series.map(lambda v: None if _is_missing(v) else bool(v)).astype(dtype)
     if dtype in ("Int64", "float64"):
         # A repr that is not a number (a "None" param) becomes missing rather than an error.
         numeric = pd.to_numeric(series, errors="coerce")

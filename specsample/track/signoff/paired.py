@@ -147,9 +147,11 @@ def measure_paired(
     host: bool = False,
     environment: Mapping[str, object] | None = None,
     log: Callable[[str], None] = print,
+    sampling: Mapping[str, object] | None = None,
 ) -> pd.DataFrame:
     """Time base and head at every ``(sweep, point)`` of ``chosen``, paired and interleaved, in
-    worker processes.
+    worker processes. ``sampling``: more :class:`specsample.worker.JobOptions` fields
+    (``noise_target``, ``time_cap_s``, ``lock_clocks``).
 
     Returns a frame of :data:`specsample.track.results.COLUMNS`, one row per side and point:
     ``status`` "ok" with the samples, "skipped" (the side does not support the point, or the
@@ -179,7 +181,12 @@ def measure_paired(
         units.append(worker.Unit(key, {k: v for k, v in point.items() if k != "subject"}, names, labels=SIDES))
         where[key] = (sweep, point)
     options = worker.JobOptions(
-        l2=l2, calls_per_sample=1 if host else CALLS_PER_SAMPLE, num_samples=samples, device=device, host=host
+        l2=l2,
+        calls_per_sample=1 if host else CALLS_PER_SAMPLE,
+        num_samples=samples,
+        device=device,
+        host=host,
+        **dict(sampling or {}),
     )
     start = time.monotonic()
     outcome = worker.run_units(units, options, log=log) if units else worker.Outcome()
@@ -193,7 +200,9 @@ def measure_paired(
         f"({outcome.workers} worker process{'es' * (outcome.workers != 1)}, {len(outcome.crashes)} crashes)"
     )
     frame = to_frame(rows)
-    frame.attrs.update(provenance=outcome.provenance, workers=outcome.workers, crashes=list(outcome.crashes))
+    frame.attrs.update(
+        provenance=outcome.provenance, workers=outcome.workers, crashes=list(outcome.crashes), gpu=outcome.gpu
+    )
     return frame
 
 
@@ -233,6 +242,9 @@ def _row(
         "samples": samples,
         "semantics": record.get("semantics"),
         "reason": reason,
+        "capped": record.get("capped"),
+        "n_throttled": record.get("n_throttled"),
+        "sm_clock_mhz": (record.get("gpu_state") or {}).get("sm_clock_mhz"),
     }
     if samples:
         arr = np.asarray(samples)
@@ -275,6 +287,7 @@ def _judge(
     min_abs_seconds: float,
     allow_missing: bool,
     key_columns=None,
+    fail_on_inconclusive: bool = False,
 ) -> tuple[pd.DataFrame, str, int]:
     verdicts = stats.compare(
         *split_sides(frame),
@@ -284,9 +297,18 @@ def _judge(
         key_columns=key_columns,
     )
     text = report.report_markdown(
-        verdicts, machine_environment(frame), allow_missing=allow_missing, title=title, notes=notes
+        verdicts,
+        machine_environment(frame),
+        allow_missing=allow_missing,
+        fail_on_inconclusive=fail_on_inconclusive,
+        title=title,
+        notes=notes,
     )
-    return verdicts, text, stats.exit_code(verdicts, allow_missing=allow_missing)
+    return (
+        verdicts,
+        text,
+        stats.exit_code(verdicts, allow_missing=allow_missing, fail_on_inconclusive=fail_on_inconclusive),
+    )
 
 
 def _how_measured(
@@ -299,6 +321,18 @@ def _how_measured(
         f"{samples} samples a side alternated ABBA; {where}; {workers} worker "
         f"process{'es' * (workers != 1)}; {seconds:.0f} s."
     ]
+    gpu = frame.attrs.get("gpu") or {}
+    throttled = int(pd.to_numeric(frame.get("n_throttled"), errors="coerce").fillna(0).sum()) if len(frame) else 0
+    if gpu.get("state") == "unknown":
+        notes.append(f"GPU state: unknown ({gpu.get('why')}); no sample was checked for throttling.")
+    elif gpu:
+        locked = "clocks locked" if gpu.get("clocks_locked") else "clocks not locked"
+        if gpu.get("lock", {}).get("why") and not gpu.get("clocks_locked"):
+            locked += f" ({gpu['lock']['why']})"
+        notes.append(f"GPU state read per sample (NVML): {throttled} throttled samples left out; {locked}.")
+    capped = int(frame["capped"].fillna(False).astype(bool).sum()) if "capped" in frame else 0
+    if capped:
+        notes.append(f"{capped} point sides stopped on the time cap before their noise target (inconclusive).")
     if host:
         notes.append(
             "Timed on the host clock under the Triton interpreter (no GPU): the times check the "
@@ -322,15 +356,22 @@ def signoff_commits(
     min_effect: float = stats.PAIRED_MIN_EFFECT,
     min_abs_seconds: float = stats.PAIRED_MIN_ABS_SECONDS,
     allow_missing: bool = False,
+    fail_on_inconclusive: bool = False,
+    sampling: Mapping[str, object] | None = None,
     device: str = "cuda",
     l2: str = "cold",
     host: bool = False,
     environment: Mapping[str, object] | None = None,
     log: Callable[[str], None] = print,
+    head_subject: Callable[[str, str], str] | None = None,
 ) -> SignoffResult:
     """Our subjects at ``base`` against the same subjects at ``head`` (revs of ``repo``; one
     commit on both sides is an A/A run), measured paired (:func:`measure_paired`) and judged
     (:func:`.stats.compare`, :func:`.stats.exit_code`).
+
+    ``head_subject(s, sha)``: the subject timed as head for the tier's subject ``s`` (default
+    ``s@sha``); the sign-off's validation wraps some in a planted delay
+    (:func:`.validate.planted_name`).
 
     ``tier``, ``sweeps``, ``subjects`` and ``only`` select the points (:func:`points`). A subject
     one commit lacks is not measured and its points are one-sided. ``SignoffError`` for a rev
@@ -363,7 +404,12 @@ def signoff_commits(
             absent = subjects_absent(sha, wanted, label)
             for name, why in absent.items():
                 log(f"specsample signoff: {label} {sha[:8]} has no subject {name}: its points are one-sided ({why})")
-            sides.append(Side(label, sha, _commit_date(repo, sha), lambda s, sha=sha: f"{s}@{sha}", absent))
+            name_of = (
+                (lambda s, sha=sha: head_subject(s, sha))
+                if label == "head" and head_subject
+                else (lambda s, sha=sha: f"{s}@{sha}")
+            )
+            sides.append(Side(label, sha, _commit_date(repo, sha), name_of, absent))
         frame = measure_paired(
             *sides,
             chosen,
@@ -374,6 +420,7 @@ def signoff_commits(
             host=host,
             environment=environment,
             log=log,
+            sampling=sampling,
         )
     seconds = time.monotonic() - start
     notes = _how_measured(frame, "base", "head", tier, sweeps, samples, host, seconds)
@@ -393,6 +440,7 @@ def signoff_commits(
         min_effect=min_effect,
         min_abs_seconds=min_abs_seconds,
         allow_missing=allow_missing,
+        fail_on_inconclusive=fail_on_inconclusive,
     )
     return SignoffResult(base_sha, head_sha, frame, verdicts, text, code, seconds)
 
@@ -411,6 +459,8 @@ def signoff_subjects(
     min_effect: float = stats.PAIRED_MIN_EFFECT,
     min_abs_seconds: float = stats.PAIRED_MIN_ABS_SECONDS,
     allow_missing: bool = False,
+    fail_on_inconclusive: bool = False,
+    sampling: Mapping[str, object] | None = None,
     device: str = "cuda",
     l2: str = "cold",
     host: bool = False,
@@ -439,6 +489,7 @@ def signoff_subjects(
         host=host,
         environment=environment,
         log=log,
+        sampling=sampling,
     )
     seconds = time.monotonic() - start
     notes = _how_measured(frame, f"`{base}`", f"`{head}`", tier, sweeps, samples, host, seconds)
@@ -452,6 +503,7 @@ def signoff_subjects(
         min_abs_seconds=min_abs_seconds,
         allow_missing=allow_missing,
         key_columns=key,
+        fail_on_inconclusive=fail_on_inconclusive,
     )
     return SignoffResult(base, head, frame, verdicts, text, code, seconds)
 

@@ -29,6 +29,7 @@ def report_markdown(
     machine_info: Mapping[str, object] | None = None,
     *,
     allow_missing: bool = False,
+    fail_on_inconclusive: bool = False,
     max_rows: int = 40,
     title: str = "specsample sign-off",
     notes: Iterable[str] = (),
@@ -45,6 +46,8 @@ def report_markdown(
         :func:`specsample.track.results.machine_environment`); missing keys are left out.
     allow_missing : bool
         As passed to :func:`.stats.exit_code`: whether points measured on one side only pass.
+    fail_on_inconclusive : bool
+        As passed to :func:`.stats.exit_code`: whether an ``inconclusive`` point fails.
     max_rows : int
         Rows shown per table; the rest are counted.
     title : str
@@ -52,10 +55,10 @@ def report_markdown(
     notes : iterable of str
         Paragraphs appended at the end (how the sides were measured, subjects absent).
     """
-    code = stats.exit_code(verdicts, allow_missing=allow_missing)
+    code = stats.exit_code(verdicts, allow_missing=allow_missing, fail_on_inconclusive=fail_on_inconclusive)
     sections = [
         f"## {title}",
-        _summary_line(verdicts, code, allow_missing),
+        _summary_line(verdicts, code, allow_missing, fail_on_inconclusive),
         _thresholds_line(verdicts),
         _status_section(
             "Crashed", verdicts, "crashed", max_rows, "A point whose process died (a fault or a hang): not verified."
@@ -63,8 +66,9 @@ def report_markdown(
         _status_section("Failed", verdicts, "failed", max_rows, "A point that raised: not verified."),
         _violations_section(verdicts, max_rows),
         _one_sided_section(verdicts, max_rows, allow_missing),
-        _table_section("Regressions", verdicts, "regression", max_rows, ascending=False),
-        _table_section("Improvements", verdicts, "improvement", max_rows, ascending=True),
+        _table_section("Slower", verdicts, "slower", max_rows, ascending=False),
+        _table_section("Faster", verdicts, "faster", max_rows, ascending=True),
+        _table_section("Inconclusive", verdicts, "inconclusive", max_rows, ascending=False),
         _semantics_section(verdicts),
         _counts_line(verdicts),
         _noise_line(verdicts),
@@ -81,14 +85,16 @@ def _plural(n: int, word: str) -> str:
     return f"{n} {word}{'s' * (n != 1)}"
 
 
-def _summary_line(verdicts: pd.DataFrame, code: int, allow_missing: bool) -> str:
+def _summary_line(verdicts: pd.DataFrame, code: int, allow_missing: bool, fail_on_inconclusive: bool = False) -> str:
     if verdicts.empty:
         return "**FAIL**: no points to compare (check the selected commits or subjects)."
     n = stats.counts(verdicts)
     one_sided = n["missing"] + n["new"]
     what = []
-    if n["regression"]:
-        what.append(_plural(n["regression"], "regression"))
+    if n["slower"]:
+        what.append(f"{n['slower']} slower")
+    if n["inconclusive"] and fail_on_inconclusive:
+        what.append(f"{n['inconclusive']} inconclusive (failing by --fail-on-inconclusive)")
     if n["crashed"]:
         what.append(_plural(n["crashed"], "crashed point"))
     if n["failed"]:
@@ -103,8 +109,8 @@ def _summary_line(verdicts: pd.DataFrame, code: int, allow_missing: bool) -> str
         )
     if not any(n[v] for v in stats.COMPARED_VERDICTS):
         what.append("no point compared on both sides")
-    elif not (n["regression"] or code):
-        what.insert(0, "no significant regression")
+    elif not (n["slower"] or code):
+        what.insert(0, "nothing slower")
     status = "PASS" if code == 0 else "FAIL"
     return f"**{status}** (exit {code}): {', '.join(what)} out of {len(verdicts)} points{_sides(verdicts)}."
 
@@ -128,9 +134,12 @@ def _thresholds_line(verdicts: pd.DataFrame) -> str:
         return ""
     floor = t.get("min_abs_seconds") or 0.0
     also = f" and by more than {floor * 1e6:g} µs for times" if floor > 0 else ""
+    delta = t.get("delta", t["min_effect"])
     return (
-        f"A regression is a change significant at p < {t['alpha']:g} (Mann-Whitney U, or "
-        f"non-overlapping 99% CIs) and worse by more than {100 * t['min_effect']:g}%{also}. "
+        f"A point is slower (a regression) or faster when the change is significant at p < {t['alpha']:g} "
+        f"(Mann-Whitney U, or non-overlapping 99% CIs) and larger than {100 * t['min_effect']:g}%{also}; "
+        f"same when two one-sided tests show it within ±{100 * delta:g}% "
+        f"(p < {t.get('equivalence_alpha', stats.EQUIVALENCE_ALPHA):g}); inconclusive otherwise. "
         f"A crashed or failed point, a semantics violation at head only, or a point measured "
         f"on one side only (unless allowed) fails the sign-off (exit 2)."
     )
@@ -324,8 +333,8 @@ _SEMANTICS_ORDER = ("same draws", "same semantics, other stream", stats.VIOLATES
 
 def _counts_line(verdicts: pd.DataFrame) -> str:
     n = stats.counts(verdicts)
-    rest = [f"{v}: {n[v]}" for v in ("unchanged", "skipped")]
-    return "Other points — " + ", ".join(rest) + " (skipped: not applicable to either side)."
+    four = ", ".join(f"{v}: {n[v]}" for v in stats.COMPARED_VERDICTS)
+    return f"Compared points — {four}. Skipped: {n['skipped']} (not applicable to either side)."
 
 
 def _noise_line(verdicts: pd.DataFrame) -> str:

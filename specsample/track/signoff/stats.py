@@ -8,9 +8,12 @@ are keyword arguments.
 The test mirrors ``asv continuous`` (asv 0.6.6, ``asv/_stats.py: is_different``): a two-sided
 Mann-Whitney U on the recorded samples when the sample sizes can reach ``p < alpha`` at all,
 otherwise non-overlapping 99% confidence intervals; ``track_*`` points have neither and are
-judged on the ratio alone, as ``asv compare`` does. A point is a regression only if the change
-is significant *and* larger than ``min_effect``: statistically real shifts smaller than the
-measurement's drift are not worth blocking a PR over.
+judged on the ratio alone, as ``asv compare`` does. A point is ``slower`` (a regression) only if
+the change is significant *and* larger than ``min_effect``: statistically real shifts smaller
+than the measurement's drift are not worth blocking a PR over. A point that is neither slower
+nor faster is ``same`` only where two one-sided tests show it equivalent within ``±delta``
+(default ``min_effect``), and ``inconclusive`` otherwise (:func:`four_way`): "not significant"
+and "shown unchanged" are different answers.
 
 Two defaults for ``min_effect``, because the drift depends on how the two sides were measured:
 
@@ -20,7 +23,7 @@ Two defaults for ``min_effect``, because the drift depends on how the two sides 
   floor with margin and well below the 5% slowdown the sign-off must catch (a 5% regression
   clears it by 3 points; significance comes from 30 samples a side). Validated by
   ``specsample signoff-validate`` (:mod:`.validate`: A/A runs and planted 3/5/10% slowdowns,
-  the residual-mass kernel's test-only ``ballast_iters``).
+  a delay kernel wrapped around the subject, :mod:`specsample.subjects.planted`).
 * :data:`ASV_MIN_EFFECT` = 5% (asv's own) for results measured in separate processes (committed
   asv results, ``--results``): there the same kernel differs by up to ~6% between processes on
   the H200, so a smaller threshold would flag noise. ``specsample signoff-validate`` measures
@@ -55,6 +58,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats as scipy_stats
 
+from ...noise import median_ci
 from ...schema import BANDWIDTH_METRIC, SEMANTICS
 from ..results import COLUMNS, PARAM_COLUMNS
 
@@ -65,7 +69,9 @@ from ..results import COLUMNS, PARAM_COLUMNS
 # Every verdict compare() can return, by what it means for the exit code (exit_code()):
 # compared points (both sides ok), failures (exit 2), one-sided points (exit 2 unless allowed),
 # and points both sides skipped (not applicable; no effect).
-COMPARED_VERDICTS: tuple[str, ...] = ("regression", "improvement", "unchanged")
+# The four-way verdict of a compared point (:func:`four_way`): slower, faster, same (shown
+# equivalent within the margin by two one-sided tests), inconclusive (neither shown).
+COMPARED_VERDICTS: tuple[str, ...] = ("slower", "faster", "same", "inconclusive")
 FAILED_VERDICTS: tuple[str, ...] = ("crashed", "failed", "violation")
 ONE_SIDED_VERDICTS: tuple[str, ...] = ("missing", "new")
 VERDICTS: tuple[str, ...] = (*COMPARED_VERDICTS, *FAILED_VERDICTS, *ONE_SIDED_VERDICTS, "skipped")
@@ -75,6 +81,10 @@ TESTS: tuple[str, ...] = ("mann-whitney", "ci-overlap", "ratio-only", "none")
 
 # asv's default significance level (asv continuous / compare).
 ALPHA = 0.002
+# Level of each one-sided test of the equivalence (TOST) behind "same": the usual 5%, i.e. a 90%
+# interval of the shift inside the margin. "same" must be shown; failing to show it says
+# "inconclusive", never "same".
+EQUIVALENCE_ALPHA = 0.05
 # min_effect defaults (module docstring): paired in-process sign-off, separate-process results.
 PAIRED_MIN_EFFECT = 0.02
 ASV_MIN_EFFECT = 0.05
@@ -105,6 +115,8 @@ VERDICT_COLUMNS: tuple[str, ...] = (
     "p_value",
     "test",
     "significant",
+    "equivalence_p",
+    "capped",
     "base_rel_iqr",
     "head_rel_iqr",
     "base_semantics",
@@ -115,7 +127,19 @@ VERDICT_COLUMNS: tuple[str, ...] = (
 )
 
 # Payload carried from each side into the comparison, renamed base_* / head_*.
-_SIDE_COLUMNS = ("commit", "value", "status", "samples", "ci_lo", "ci_hi", "q25", "q75", "semantics", "reason")
+_SIDE_COLUMNS = (
+    "commit",
+    "value",
+    "status",
+    "samples",
+    "ci_lo",
+    "ci_hi",
+    "q25",
+    "q75",
+    "semantics",
+    "reason",
+    "capped",
+)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -132,6 +156,8 @@ def compare(
     min_abs_seconds: float = 0.0,
     key_columns: Collection[str] | None = None,
     higher_is_better: Collection[str] = HIGHER_IS_BETTER,
+    delta: float | None = None,
+    equivalence_alpha: float = EQUIVALENCE_ALPHA,
 ) -> pd.DataFrame:
     """Compare each point of ``head`` with the same point of ``base``.
 
@@ -142,25 +168,31 @@ def compare(
     alpha : float
         Significance level of the Mann-Whitney U test (:data:`ALPHA`, asv's 0.002).
     min_effect : float
-        Smallest relative change that counts: regression iff significant and
-        ``ratio > 1 + min_effect``; improvement iff significant and
+        Smallest relative change that counts: slower iff significant and
+        ``ratio > 1 + min_effect``; faster iff significant and
         ``ratio < 1 / (1 + min_effect)`` (mirrored for ``higher_is_better`` metrics).
         Default :data:`ASV_MIN_EFFECT`; the paired sign-off passes :data:`PAIRED_MIN_EFFECT`.
     min_abs_seconds : float
         For points in a time unit (:data:`TIME_UNITS`): a change of at most this many seconds
-        is ``unchanged`` whatever its ratio and significance. 0 (default) disables it; the
+        is never slower or faster, whatever its ratio and significance. 0 (default) disables it; the
         paired sign-off passes :data:`PAIRED_MIN_ABS_SECONDS`.
     key_columns : collection of str, optional
         Columns that identify a point. Default: machine, benchmark, every parameter column
         (the known ones and any extra axis present in both frames).
     higher_is_better : collection of str
         Metric names (method names) where a larger value is better.
+    delta : float, optional
+        Equivalence margin of ``same`` (relative; default ``min_effect``), widened to
+        ``min_abs_seconds`` for time points (:func:`four_way`).
+    equivalence_alpha : float
+        Level of each one-sided test of the equivalence (:data:`EQUIVALENCE_ALPHA`).
 
     Returns
     -------
     DataFrame
         The key columns, then :data:`VERDICT_COLUMNS`; ``verdict`` is one of :data:`VERDICTS`
-        (see the module docstring for the strict ones). ``ratio`` is always head / base.
+        (see the module docstring for the strict ones): a compared point is ``slower``,
+        ``faster``, ``same`` or ``inconclusive`` (:func:`four_way`). ``ratio`` is always head / base.
         Thresholds are kept in ``.attrs["thresholds"]`` for the report.
 
     Raises
@@ -169,9 +201,16 @@ def compare(
         If ``base`` or ``head`` has more than one row for a key (e.g. two commits).
     """
     key = list(key_columns) if key_columns is not None else default_key(base, head)
+    delta = min_effect if delta is None else delta
     pairs = _pair(base, head, key)
-    verdicts = _judge(pairs, key, alpha, min_effect, min_abs_seconds, higher_is_better)
-    verdicts.attrs["thresholds"] = {"alpha": alpha, "min_effect": min_effect, "min_abs_seconds": min_abs_seconds}
+    verdicts = _judge(pairs, key, alpha, min_effect, min_abs_seconds, higher_is_better, delta, equivalence_alpha)
+    verdicts.attrs["thresholds"] = {
+        "alpha": alpha,
+        "min_effect": min_effect,
+        "min_abs_seconds": min_abs_seconds,
+        "delta": delta,
+        "equivalence_alpha": equivalence_alpha,
+    }
     return verdicts
 
 
@@ -261,6 +300,13 @@ def _column(pairs: pd.DataFrame, name: str, dtype: str = "str") -> pd.Series:
     return pd.Series(pd.array([None] * len(pairs), dtype=dtype), index=pairs.index)
 
 
+def _flag(pairs: pd.DataFrame, name: str) -> pd.Series:
+    """A boolean payload column, False where missing."""
+    if name not in pairs:
+        return pd.Series(False, index=pairs.index)
+    return pairs[name].map(lambda v: bool(v) if v is not None and v is not pd.NA and v == v else False).astype(bool)
+
+
 def _judge(
     pairs: pd.DataFrame,
     key: list[str],
@@ -268,6 +314,8 @@ def _judge(
     min_effect: float,
     min_abs_seconds: float,
     higher_is_better: Collection[str],
+    delta: float,
+    equivalence_alpha: float,
 ) -> pd.DataFrame:
     out = pairs[key].copy()
     out["metric"] = pairs.get("metric")
@@ -289,29 +337,44 @@ def _judge(
     for column in ("semantics", "reason"):
         for side in ("base", "head"):
             out[f"{side}_{column}"] = _column(pairs, f"{side}_{column}")
-    # Below the absolute floor: a time point whose change is at most min_abs_seconds.
     per_unit = pd.to_numeric(out["unit"].map(TIME_UNITS), errors="coerce") if "unit" in out else np.nan
-    change_seconds = (out["head_value"] - out["base_value"]).abs() * per_unit
-    tiny = (change_seconds <= min_abs_seconds).fillna(False).to_numpy(dtype=bool) & (min_abs_seconds > 0)
-    out["verdict"] = pd.array(
-        [
-            _verdict(
-                merge, bs, hs, bsem, hsem, ratio, significant and not small, metric in higher_is_better, min_effect
-            )
-            for merge, bs, hs, bsem, hsem, ratio, significant, small, metric in zip(
-                pairs["_merge"],
-                out["base_status"],
-                out["head_status"],
-                out["base_semantics"],
-                out["head_semantics"],
-                out["ratio"],
-                out["significant"],
-                tiny,
-                out["metric"],
-            )
-        ],
-        dtype="str",
-    )
+    per_unit = pd.Series(per_unit, index=out.index) if np.isscalar(per_unit) else per_unit
+    capped = _flag(pairs, "base_capped") | _flag(pairs, "head_capped")
+    verdicts, equivalence_p = [], []
+    for i, row in enumerate(pairs.itertuples(index=False)):
+        status = _status_verdict(
+            pairs["_merge"].iat[i],
+            out["base_status"].iat[i],
+            out["head_status"].iat[i],
+            out["base_semantics"].iat[i],
+            out["head_semantics"].iat[i],
+            out["ratio"].iat[i],
+        )
+        if status is not None:
+            verdicts.append(status)
+            equivalence_p.append(math.nan)
+            continue
+        unit_seconds = per_unit.iat[i]
+        verdict, p_eq = four_way(
+            _clean(getattr(row, "base_samples", None)),
+            _clean(getattr(row, "head_samples", None)),
+            base_value=out["base_value"].iat[i],
+            head_value=out["head_value"].iat[i],
+            significant=bool(out["significant"].iat[i]),
+            min_effect=min_effect,
+            delta=delta,
+            min_abs=min_abs_seconds / unit_seconds if _finite(unit_seconds) else 0.0,
+            higher_is_better=out["metric"].iat[i] in higher_is_better,
+            equivalence_alpha=equivalence_alpha,
+            ci=tuple(getattr(row, f"{s}_{c}", math.nan) for s in ("base", "head") for c in ("ci_lo", "ci_hi")),
+            capped=bool(capped.iat[i]),
+        )
+        verdicts.append(verdict)
+        equivalence_p.append(p_eq)
+    out["equivalence_p"] = np.array(equivalence_p, dtype="float64")
+    out["capped"] = capped.to_numpy(dtype=bool)
+    out["verdict"] = pd.array(verdicts, dtype="str")
+    out = out[[*key, *VERDICT_COLUMNS]]
     return out.reset_index(drop=True)
 
 
@@ -321,18 +384,16 @@ def _side(pairs: pd.DataFrame, name: str) -> pd.DataFrame:
     return pairs[[c for c in columns if c in pairs]].rename(columns=columns)
 
 
-def _verdict(
+def _status_verdict(
     merge: str,
     base_status: object,
     head_status: object,
     base_semantics: object,
     head_semantics: object,
     ratio: float,
-    significant: bool,
-    higher_better: bool,
-    min_effect: float,
-) -> str:
-    """One point's verdict; the order of the checks is the precedence (module docstring)."""
+) -> str | None:
+    """A point's verdict when it was not compared (the order of the checks is the precedence,
+    module docstring), or ``None`` when both sides measured it and :func:`four_way` judges it."""
     if merge == "left_only":
         return "missing"
     if merge == "right_only":
@@ -352,12 +413,111 @@ def _verdict(
         return "failed"  # a status outside the contract, or an ok point without a value
     if head_semantics == VIOLATES and base_semantics != VIOLATES:
         return "violation"
-    slower = 1.0 / ratio if higher_better else ratio
-    if significant and slower > 1.0 + min_effect:
-        return "regression"
-    if significant and slower < 1.0 / (1.0 + min_effect):
-        return "improvement"
-    return "unchanged"
+    return None
+
+
+def four_way(
+    base_samples: np.ndarray | None,
+    head_samples: np.ndarray | None,
+    *,
+    base_value: float,
+    head_value: float,
+    significant: bool,
+    min_effect: float,
+    delta: float,
+    min_abs: float = 0.0,
+    higher_is_better: bool = False,
+    equivalence_alpha: float = EQUIVALENCE_ALPHA,
+    ci: tuple[float, float, float, float] = (math.nan,) * 4,
+    capped: bool = False,
+) -> tuple[str, float]:
+    """``(verdict, equivalence p)`` of one point both sides measured: ``slower``, ``faster``,
+    ``same`` or ``inconclusive``.
+
+    * ``slower`` / ``faster``: the difference is significant (``significant``, the Mann-Whitney
+      or CI test of :func:`_significance`) and beyond ``min_effect`` and ``min_abs`` (in the
+      point's unit), in the direction the metric counts as worse / better.
+    * ``same``: head is shown equivalent to base within the margin ``m = max(delta * base,
+      min_abs)`` by two one-sided tests (TOST): Mann-Whitney U of ``head - m`` below base and
+      of ``head + m`` above base, each at ``equivalence_alpha``; the larger of the two p-values
+      is returned. With too few samples for the tests, the 99% CIs of the two medians must lie
+      within ``m`` of each other; with no samples at all (``track_*``), the ratio within
+      ``1 ± delta``.
+    * ``inconclusive``: neither shown; always when ``capped`` (a side stopped on the time cap
+      before reaching its noise target) and the point is not slower or faster.
+    """
+    slower_ratio = (base_value / head_value) if higher_is_better else (head_value / base_value)
+    beyond_abs = abs(head_value - base_value) > min_abs
+    if significant and beyond_abs and slower_ratio > 1.0 + min_effect:
+        return "slower", math.nan
+    if significant and beyond_abs and slower_ratio < 1.0 / (1.0 + min_effect):
+        return "faster", math.nan
+    margin = max(delta * abs(base_value), min_abs)
+    if base_samples is not None and head_samples is not None:
+        n_a, n_b = len(base_samples), len(head_samples)
+        if 2 * min_p_value(n_a, n_b) < 2 * equivalence_alpha:  # one-sided exact minimum is half
+            p = equivalence_p(base_samples, head_samples, margin)
+            shown = p < equivalence_alpha
+            return ("inconclusive" if capped or not shown else "same"), p
+    if all(_finite(x) for x in ci):
+        base_lo, base_hi, head_lo, head_hi = ci
+        shown = max(head_hi - base_lo, base_hi - head_lo) <= margin
+        return ("inconclusive" if capped or not shown else "same"), math.nan
+    if base_samples is None and head_samples is None and not any(_finite(x) for x in ci):
+        # track_* points: one number each, judged on the ratio as asv compare does.
+        return ("same" if abs(head_value - base_value) <= margin else "inconclusive"), math.nan
+    return "inconclusive", math.nan
+
+
+def compare_samples(
+    base_samples,
+    head_samples,
+    *,
+    alpha: float = ALPHA,
+    min_effect: float = PAIRED_MIN_EFFECT,
+    min_abs: float = PAIRED_MIN_ABS_SECONDS,
+    delta: float | None = None,
+    equivalence_alpha: float = EQUIVALENCE_ALPHA,
+    capped: bool = False,
+) -> dict:
+    """One pair of sample lists (seconds, lower is better) judged as :func:`compare` judges a
+    point: ``{"verdict", "ratio", "p_value", "equivalence_p", "test"}``. For callers that hold
+    samples, not frames (``specsample bisect``)."""
+    a, b = _clean(list(base_samples)), _clean(list(head_samples))
+    if a is None or b is None:
+        raise ValueError("compare_samples: both sides need samples")
+    base_value, head_value = float(np.median(a)), float(np.median(b))
+    if min_p_value(len(a), len(b)) < alpha:
+        p, test = float(scipy_stats.mannwhitneyu(a, b, alternative="two-sided").pvalue), "mann-whitney"
+        significant = p < alpha
+    else:
+        (base_lo, base_hi), (head_lo, head_hi) = median_ci(a), median_ci(b)
+        p, test = math.nan, "ci-overlap"
+        significant = not (base_hi >= head_lo and base_lo <= head_hi)
+    verdict, p_eq = four_way(
+        a,
+        b,
+        base_value=base_value,
+        head_value=head_value,
+        significant=significant,
+        min_effect=min_effect,
+        delta=min_effect if delta is None else delta,
+        min_abs=min_abs,
+        equivalence_alpha=equivalence_alpha,
+        capped=capped,
+    )
+    return {"verdict": verdict, "ratio": head_value / base_value, "p_value": p, "equivalence_p": p_eq, "test": test}
+
+
+def equivalence_p(base_samples, head_samples, margin: float) -> float:
+    """p-value of the two one-sided tests (TOST) that head's location is within ``margin`` of
+    base's: the larger of Mann-Whitney U p(``head - margin`` < base) and p(``head + margin`` >
+    base). Below a level, both shifts are rejected at that level: equivalence shown."""
+    a = np.asarray(base_samples, dtype="float64")
+    b = np.asarray(head_samples, dtype="float64")
+    upper = scipy_stats.mannwhitneyu(b - margin, a, alternative="less").pvalue
+    lower = scipy_stats.mannwhitneyu(b + margin, a, alternative="greater").pvalue
+    return float(max(upper, lower))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -391,18 +551,6 @@ def min_p_value(n_a: int, n_b: int) -> float:
     if n_a == 0 or n_b == 0:
         return 1.0
     return min(1.0, 2.0 / math.comb(n_a + n_b, n_a))
-
-
-def median_ci(samples, confidence: float = 0.99) -> tuple[float, float]:
-    """Distribution-free confidence interval of the median: order statistics x_(j), x_(n+1-j)
-    with j from the binomial(n, 1/2) quantile (the whole range when n is too small for it).
-    Sign-off reads it only when the Mann-Whitney test cannot reach alpha with so few samples."""
-    x = np.sort(np.asarray(samples, dtype="float64"))
-    n = len(x)
-    if n == 0:
-        return math.nan, math.nan
-    j = max(int(scipy_stats.binom.ppf((1 - confidence) / 2, n, 0.5)), 1)
-    return float(x[j - 1]), float(x[n - j])
 
 
 def _clean(samples: object) -> np.ndarray | None:
@@ -460,13 +608,14 @@ def counts(verdicts: pd.DataFrame) -> dict[str, int]:
     return {v: int(found.get(v, 0)) for v in VERDICTS}
 
 
-def exit_code(verdicts: pd.DataFrame, *, allow_missing: bool = False) -> int:
-    """0 pass, 1 a regression, 2 not verified (takes precedence over a regression).
+def exit_code(verdicts: pd.DataFrame, *, allow_missing: bool = False, fail_on_inconclusive: bool = False) -> int:
+    """0 pass, 1 a point slower (a regression), 2 not verified (takes precedence over slower).
 
     2 when: a point crashed, failed or violates placeholder semantics at head only
     (:data:`FAILED_VERDICTS`); a point is one-sided (:data:`ONE_SIDED_VERDICTS`) and
     ``allow_missing`` is false; or no point was compared at all (an empty comparison, usually
-    a wrong commit or subject, or every point skipped or one-sided).
+    a wrong commit or subject, or every point skipped or one-sided); with
+    ``fail_on_inconclusive``, a point ``inconclusive`` and none slower.
     """
     n = counts(verdicts)
     if any(n[v] for v in FAILED_VERDICTS):
@@ -475,6 +624,8 @@ def exit_code(verdicts: pd.DataFrame, *, allow_missing: bool = False) -> int:
         return 2
     if not any(n[v] for v in COMPARED_VERDICTS):
         return 2
-    if n["regression"]:
+    if n["slower"]:
         return 1
+    if fail_on_inconclusive and n["inconclusive"]:
+        return 2
     return 0

@@ -2,22 +2,22 @@
 
 ``specsample signoff-validate`` (:func:`validate`), in four steps (progress on the log):
 
-a. **Calibrate** the planted knob on the validated head's code at the base point (R=128, K=4,
-   V=151936, block verification, draft logits, phi=0, ``mrv2``): that commit's
-   ``kernels.mrv2.launch(..., ballast_iters=n)`` in this process (nothing is mutated), n=0
-   against doubling candidates, interleaved, until the slowdown passes 1.5x the largest target;
+a. **Calibrate** the planted delay on the validated head's code at the base point (R=128, K=4,
+   V=151936, block verification, draft logits, phi=0, ``mrv2``): the wrapper subject
+   ``mrv2@HEAD+extra=n`` (:mod:`specsample.subjects.planted`: ``mrv2@HEAD`` followed by a delay
+   kernel of ``n`` dependent iterations per row) in this process, ``mrv2@HEAD`` against
+   doubling candidates, interleaved, until the slowdown passes 1.5x the largest target;
    fit it (least squares, for the record), pick the iteration counts for about 3%, 5% and 10%
    by interpolating the measured curve, then measure those counts against 0 again and report
    what they give (re-picking up to twice when a count misses its target by more than 30%).
-b. **Plant** each count as a throw-away commit on top of the validated head (made in a
-   temporary detached worktree; no branch moves) whose only change is the line
-   ``PLANTED_BALLAST_ITERS = <n>`` in ``specsample/subjects/ours.py`` (:data:`PLANTED_FILE`),
-   which slows the residual-mass kernel of :data:`PLANTED_SUBJECTS` by running a dependent
-   loop in every 4th program. If HEAD's ``specsample/`` differs from the working tree, a
-   snapshot commit of the working tree's ``specsample/`` on top of HEAD stands in for HEAD, so
-   the code validated is the code present.
+b. **Plant** each count as a head side: ``S@HEAD+extra=<n>`` for the subjects of
+   :data:`PLANTED_SUBJECTS` (the delay kernel runs in block verification with draft logits
+   only), ``S@HEAD`` for every other subject. Nothing is committed and no product code carries
+   a knob. If HEAD's ``specsample/`` differs from the working tree, a snapshot commit of the
+   working tree's ``specsample/`` on top of HEAD stands in for HEAD, so the code validated is
+   the code present.
 c. **Sign off** with :func:`.paired.signoff_commits` (what ``specsample signoff`` runs):
-   ``aa_runs`` A/A runs (head vs head) and one run per planted commit (head vs planted), on the
+   ``aa_runs`` A/A runs (head vs head) and one run per plant (head vs planted head), on the
    tier (a subset with sweeps / subjects). Runs are ordered A/A 1, 5%, 10%, A/A 2, 3%, A/A 3, ...
    so that a budget cut keeps both kinds; a run that would not finish inside the budget is left
    out and says so.
@@ -52,13 +52,10 @@ the flow and the outputs, not detection.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import gc
 import importlib.util
-import inspect
 import json
 import math
-import re
 import shutil
 import time
 import traceback
@@ -73,12 +70,16 @@ from . import paired, report, stats
 
 TARGETS = (0.03, 0.05, 0.10)
 REQUIRED_FROM = 0.05  # planted slowdowns at or above this must be caught; smaller ones are reported
-PLANTED_FILE = "specsample/subjects/ours.py"
-PLANTED_LINE = re.compile(r"^PLANTED_BALLAST_ITERS = \d+$", re.M)
-# The subjects ours.py builds with PLANTED_BALLAST_ITERS: the plant slows their block-verification
-# points with draft logits (the residual-mass kernel runs only there); every other point of the
-# tier is a control. tests/test_planted.py checks this against a planted commit's pipelines.
+# The subjects a plant wraps in the delay (specsample.subjects.planted): it slows their
+# block-verification points with draft logits; every other point of the tier is a control.
 PLANTED_SUBJECTS = ("mrv2", "mrv2-pre50939")
+
+
+def planted_name(subject: str, sha: str, iters: int) -> str:
+    """The head side of a plant: ``S@SHA+extra=iters`` for :data:`PLANTED_SUBJECTS`, else ``S@SHA``."""
+    return f"{subject}@{sha}+extra={iters}" if subject in PLANTED_SUBJECTS and iters > 0 else f"{subject}@{sha}"
+
+
 GIT_USER = (
     "-c",
     "user.name=specsample validation",
@@ -102,8 +103,8 @@ SMOKE_POINT = dict(CALIBRATION_POINT, num_reqs=2, num_speculative_steps=2, vocab
 
 
 class ValidationError(RuntimeError):
-    """The validation cannot run (a head without the planted knob, a repository that is not
-    one); the CLI exits 2 with it."""
+    """The validation cannot run (a repository that is not one, a head that cannot be loaded);
+    the CLI exits 2 with it."""
 
 
 @dataclasses.dataclass
@@ -179,7 +180,7 @@ def log_to_stdout(line: str) -> None:
 @dataclasses.dataclass
 class Calibration:
     point: dict
-    base_seconds: float  # median latency at ballast_iters=0 in the first scan step
+    base_seconds: float  # median latency without the delay in the first scan step
     scan: list[tuple[int, float]]  # (iterations, measured slowdown), including (0, 0)
     fit: tuple[float, float]  # slowdown ~ intercept + slope * iterations (least squares)
     chosen: dict[float, int]  # target -> iterations
@@ -225,36 +226,29 @@ def linear_fit(scan: list[tuple[int, float]]) -> tuple[float, float]:
     return float(fit.intercept), float(fit.slope)
 
 
-class _InCheckout:
-    """A call of a checkout's code, run with the checkout's modules active."""
-
-    def __init__(self, fn, checkout) -> None:
-        self.fn, self.checkout = fn, checkout
-
-    def __call__(self):
-        with self.checkout.active():
-            return self.fn()
-
-
 def calibrate(repo: Path, sha: str, opts: Options, log: Callable[[str], None] = log_to_stdout) -> Calibration:
     """Step a, on commit ``sha``'s code, in this process."""
+    from ... import subjects
     from ...measure import input_copies
-    from ...subjects import commits
+    from ...subjects.planted import PLANTED_MODES
     from ...timing import HostSampler, Sampler, TimingConfig, interleave
     from ...workloads import workload_of
 
     start = time.monotonic()
     point = SMOKE_POINT if opts.smoke else CALIBRATION_POINT
-    checkout = commits.load_checkout(commits.extract(repo, sha), sha)
-    mrv2 = checkout.module("kernels.mrv2")
-    if "ballast_iters" not in inspect.signature(mrv2.Pipeline).parameters:
-        raise ValidationError(f"{sha[:8]}: its kernels.mrv2.Pipeline has no ballast_iters (the planted knob)")
-    copies = input_copies(workload_of(point), opts.l2, opts.device)
+    assert (point["mode"], point["draft"]) in PLANTED_MODES
+    w = workload_of(point)
+    with paired.repository_env(repo):
+        try:
+            subjects.get(f"mrv2@{sha}")
+        except subjects.SubjectError as exc:
+            raise ValidationError(f"{sha[:8]}: mrv2 cannot be loaded: {exc}") from None
+    copies = input_copies(w, opts.l2, opts.device)
 
     def sampler(iters: int):
-        calls = [
-            _InCheckout(functools.partial(mrv2.launch, **inputs, ballast_iters=iters), checkout) for inputs in copies
-        ]
+        with paired.repository_env(repo):
+            subject = subjects.get(planted_name("mrv2", sha, iters))
+            calls = [subject.prepare(w, opts.device, inputs).call for inputs in copies]
         if opts.host:
             return HostSampler(calls, TimingConfig("warm", 1, opts.samples))
         return Sampler(calls, TimingConfig(opts.l2, max(paired.CALLS_PER_SAMPLE, len(calls)), opts.samples))
@@ -266,7 +260,7 @@ def calibrate(repo: Path, sha: str, opts: Options, log: Callable[[str], None] = 
         base = float(np.median(taken[0]))
         return {n: float(np.median(s)) / base - 1.0 for n, s in taken.items() if n}, base
 
-    log(f"calibration at {report.point_label(point)}: ballast_iters=0 vs doubling candidates")
+    log(f"calibration at {report.point_label(point)}: mrv2 vs mrv2+extra=n, n doubling")
     zero = sampler(0)
     scan, base_seconds, iters = [(0, 0.0)], None, opts.first_iters
     while True:
@@ -275,7 +269,7 @@ def calibrate(repo: Path, sha: str, opts: Options, log: Callable[[str], None] = 
         base_seconds = base_seconds or base
         scan.append((iters, measured[iters]))
         log(
-            f"  ballast_iters={iters:<5} {100 * measured[iters]:+6.2f}%  (base {base * 1e6:.1f} us, "
+            f"  extra={iters:<5} {100 * measured[iters]:+6.2f}%  (base {base * 1e6:.1f} us, "
             f"{time.monotonic() - step_start:.1f} s)"
         )
         if measured[iters] >= 1.5 * max(opts.targets) or iters * 2 > opts.scan_max:
@@ -315,7 +309,7 @@ def _release_gpu_memory(device: str) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# b. Planted commits
+# b. The validated head
 # ---------------------------------------------------------------------------------------------
 
 
@@ -348,34 +342,6 @@ def validated_head(repo: Path) -> tuple[str, str]:
     return sha, f"snapshot of the working tree's specsample/ on HEAD {head[:8]}"
 
 
-def planted_commit(repo: Path, base: str, iters: int, target: float | None = None) -> str:
-    """A commit on ``base`` whose only change is ``PLANTED_BALLAST_ITERS = iters`` in
-    :data:`PLANTED_FILE` (made in a temporary detached worktree; no branch moves)."""
-    from ..asv_runs import git, worktree
-
-    with worktree(repo, base) as wt:
-        path = wt / PLANTED_FILE
-        if not path.is_file():
-            raise ValidationError(f"{base[:8]} has no {PLANTED_FILE}: the planted knob is not there")
-        text, count = PLANTED_LINE.subn(f"PLANTED_BALLAST_ITERS = {iters}", path.read_text())
-        if count != 1:
-            raise ValidationError(f"{base[:8]}: no single 'PLANTED_BALLAST_ITERS = <n>' line in {PLANTED_FILE}")
-        path.write_text(text)
-        what = f"{100 * target:g}% slowdown, " if target is not None else ""
-        git(
-            wt,
-            *GIT_USER,
-            "commit",
-            "-q",
-            "--no-verify",
-            "-m",
-            f"validation: planted {what}PLANTED_BALLAST_ITERS = {iters} (not on any branch)",
-            "--",
-            PLANTED_FILE,
-        )
-        return git(wt, "rev-parse", "HEAD")
-
-
 # ---------------------------------------------------------------------------------------------
 # c./d. Sign-offs, separate-process comparisons and the detection matrix
 # ---------------------------------------------------------------------------------------------
@@ -385,7 +351,8 @@ def planted_commit(repo: Path, base: str, iters: int, target: float | None = Non
 class Run:
     name: str  # "A/A 1", "planted 5%"
     target: float | None  # planted slowdown aimed at; None for A/A
-    head: str
+    head: str  # the commit of both sides
+    extra: int = 0  # the head side's delay iterations (specsample.subjects.planted); 0 for A/A
     index: int = 0  # A/A run number
     result: paired.SignoffResult | None = None
     skipped: str | None = None
@@ -411,14 +378,14 @@ def touched(verdicts: pd.DataFrame) -> pd.Series:
 
 def _tally(v: pd.DataFrame) -> dict:
     hit = touched(v).to_numpy(dtype=bool)
-    reg = (v["verdict"] == "regression").to_numpy()
+    reg = (v["verdict"] == "slower").to_numpy()
     n = stats.counts(v)
     return {
         "hit": hit,
         "reg": reg,
         "touched": f"{int((reg & hit).sum())} / {int(hit.sum())}",
         "untouched": f"{int((reg & ~hit).sum())} / {int((~hit).sum())}",
-        "improvements": n["improvement"],
+        "improvements": n["faster"],
         "unverified": sum(n[k] for k in (*stats.FAILED_VERDICTS, *stats.ONE_SIDED_VERDICTS)),
     }
 
@@ -487,7 +454,7 @@ def _false_alarm_line(seps: list[Separate], opts: Options) -> str:
     if not aa:
         return "No separate-process comparison yet (it needs two finished runs)."
     compared = sum(int(s.verdicts["verdict"].isin(stats.COMPARED_VERDICTS).sum()) for s in aa)
-    alarms = sum(int((s.verdicts["verdict"] == "regression").sum()) for s in aa)
+    alarms = sum(int((s.verdicts["verdict"] == "slower").sum()) for s in aa)
     rate = f"{100 * alarms / compared:.1f}%" if compared else "n/a"
     return (
         f"Separate-process false alarms at {100 * opts.separate_min_effect:g}% (no absolute floor): {alarms} "
@@ -529,7 +496,7 @@ def matrix_markdown(
         + f"; {elapsed:.0f} s so far.",
         "",
         f"Touched points: block verification with draft logits of {', '.join(f'`{s}`' for s in PLANTED_SUBJECTS)} "
-        "(the residual-mass kernel the knob slows); every other point is a control.",
+        "(where the planted delay kernel runs); every other point is a control.",
         "",
     ]
     if calibration is not None:
@@ -537,15 +504,15 @@ def matrix_markdown(
         lines += [
             "## Calibration",
             "",
-            f"At {report.point_label(c.point)}: ballast_iters=0 takes {c.base_seconds * 1e6:.1f} us. Fit over the "
+            f"At {report.point_label(c.point)}: mrv2 takes {c.base_seconds * 1e6:.1f} us. Fit over the "
             f"scan: slowdown = {100 * c.fit[0]:+.2f}% + {100 * c.fit[1]:.3f}% per iteration "
             f"({c.fit[1] * c.base_seconds * 1e6:.2f} us per iteration).",
             "",
-            "| ballast_iters | slowdown |",
+            "| delay iterations | slowdown |",
             "|---:|---:|",
             *[f"| {n} | {100 * s:+.2f}% |" for n, s in c.scan],
             "",
-            "| target | PLANTED_BALLAST_ITERS | measured |",
+            "| target | delay iterations (`+extra=n`) | measured |",
             "|---:|---:|---:|",
             *[f"| {100 * t:g}% | {c.chosen[t]} | {100 * c.measured[t]:+.2f}% |" for t in sorted(c.chosen)],
             "",
@@ -695,16 +662,15 @@ def validate(opts: Options, log: Callable[[str], None] = log_to_stdout) -> int:
 
     # a. calibrate on head's code
     calibration = calibrate(repo, head, opts, log)
-    # b. planted commits
-    plants = {t: planted_commit(repo, head, n, t) for t, n in calibration.chosen.items()}
+    # b. plants: head sides with the calibrated delay
     log(
-        "planted commits: "
-        + ", ".join(f"{100 * t:g}% {sha[:8]}" for t, sha in plants.items())
-        + f" ({time.monotonic() - start:.0f} s)"
+        "plants: "
+        + ", ".join(f"{100 * t:g}% S@{head[:8]}+extra={n}" for t, n in calibration.chosen.items())
+        + f" for S in {', '.join(PLANTED_SUBJECTS)} ({time.monotonic() - start:.0f} s)"
     )
     # c. sign-offs, in an order that keeps both kinds if the budget runs out
     runs = [
-        Run(name, target, plants[target] if target is not None else head, index, order=i)
+        Run(name, target, head, calibration.chosen[target] if target is not None else 0, index, order=i)
         for i, (name, target, index) in enumerate(run_order(opts.aa_runs, opts.targets))
     ]
     seps: list[Separate] = []
@@ -715,12 +681,13 @@ def validate(opts: Options, log: Callable[[str], None] = log_to_stdout) -> int:
             run.skipped = f"time budget: {elapsed:.0f} s used of {opts.budget:.0f}, a run takes ~{last:.0f} s"
             log(f"[run {i}/{len(runs)}] {run.name}: {run.skipped}")
             continue
-        log(f"[run {i}/{len(runs)}] {run.name}: {head[:8]} vs {run.head[:8]}")
+        log(f"[run {i}/{len(runs)}] {run.name}: {head[:8]} vs {planted_name('mrv2', head[:8], run.extra)}")
         try:
             run.result = paired.signoff_commits(
                 repo,
                 head,
                 run.head,
+                head_subject=lambda s, sha, extra=run.extra: planted_name(s, sha, extra),
                 tier=opts.tier,
                 sweeps=opts.sweeps or None,
                 subjects=opts.subjects or None,
