@@ -447,6 +447,50 @@ def cmd_signoff(args: argparse.Namespace) -> int:
     return result.exit_code
 
 
+def cmd_exactness(args: argparse.Namespace) -> int:
+    """``specsample exactness``: the output law of each subject against the target's
+    (docs/exactness.md). Exit 0: every real subject exact and the planted control flagged; 1: a
+    real subject biased or failed, or the control not flagged; 2: bad input, nothing written."""
+    from . import exactness
+
+    names = list(dict.fromkeys(args.subjects))
+    _subject_names([n for n in names if n != exactness.PLANTED])
+    if args.num_trials < 1 or args.vocab_size < 2 or args.num_speculative_steps < 1:
+        raise UsageError("specsample exactness: --num-trials, --num-speculative-steps >= 1 and --vocab-size >= 2")
+    if "block" in args.modes and args.vocab_size**args.num_speculative_steps > exactness.MAX_ENUMERATED:
+        raise UsageError(
+            f"specsample exactness: block mode enumerates V ** K draft sequences; "
+            f"{args.vocab_size} ** {args.num_speculative_steps} is over {exactness.MAX_ENUMERATED}"
+        )
+    if args.device == "cpu":
+        os.environ["TRITON_INTERPRET"] = "1"  # before anything imports Triton
+        machine = args.machine or "cpu-interpreter"
+    else:
+        _require_gpu("specsample exactness")
+        machine = _machine(args)
+    commit = args.commit or _rev("HEAD")
+    _set_vllm_repo(args)
+    rows = exactness.run(
+        names,
+        list(dict.fromkeys(args.drafting)),
+        list(dict.fromkeys(args.modes)),
+        num_trials=args.num_trials,
+        vocab_size=args.vocab_size,
+        num_speculative_steps=args.num_speculative_steps,
+        device=args.device,
+        seed=args.seed,
+        log=lambda line: print(line, flush=True),
+    )
+    out = Path(args.results) / machine / f"{commit[:8]}{exactness.SUFFIX}"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with out.open("w") as f:
+        for row in rows:
+            row.machine, row.commit = machine, commit
+            f.write(json.dumps(row.to_json(), sort_keys=True) + "\n")
+    print(f"wrote {out}")
+    return exactness.exit_code(rows)
+
+
 def _signoff_device(args: argparse.Namespace, tier: str) -> dict:
     """Where a paired sign-off measures: the GPU; or, for the smoke tier on a machine without
     one, CPU tensors under the Triton interpreter with a host timer (checks the flow only)."""
@@ -914,6 +958,32 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--report", help="also write the markdown report here")
     _add_vllm_repo(s)
     s.set_defaults(func=cmd_signoff)
+
+    ex = sub.add_parser(
+        "exactness",
+        help="does each subject's output follow the target's law? exit 0 exact, 1 biased, 2 bad input",
+        formatter_class=_Formatter,
+        description=subjects_help + ", planted (a biased control)",
+    )
+    ex.add_argument("--subjects", nargs="+", required=True, metavar="NAME", help="subjects to check")
+    ex.add_argument(
+        "--drafting",
+        nargs="+",
+        default=["independent"],
+        choices=("independent", "production", "production-unsalted"),
+        help="how drafts are drawn: independently, or by the subject's own gumbel_sample with or without its drafting flag",
+    )
+    ex.add_argument("--modes", nargs="+", default=["standard", "block"], choices=("standard", "block"))
+    ex.add_argument("--num-trials", type=int, default=200_000, help="trials (requests) per check")
+    ex.add_argument("--vocab-size", type=int, default=16)
+    ex.add_argument("--num-speculative-steps", type=int, default=3)
+    ex.add_argument("--seed", type=int, default=0, help="seed of the law and of the trials")
+    ex.add_argument("--device", default="cuda", choices=("cuda", "cpu"), help="cpu: Triton's interpreter (tiny sizes)")
+    ex.add_argument("--results", default="results", help="writes <results>/<machine>/<sha8>.exactness")
+    ex.add_argument("--commit", default=None, help="the commit the file is named after (default HEAD)")
+    _add_machine(ex)
+    _add_vllm_repo(ex)
+    ex.set_defaults(func=cmd_exactness)
 
     sv = sub.add_parser(
         "signoff-validate",
