@@ -441,10 +441,36 @@ def cmd_signoff(args: argparse.Namespace) -> int:
             result = signoff.signoff_commits(repo, args.base, args.head, subjects=args.subject, **where, **common)
     except signoff.SignoffError as exc:
         raise UsageError(f"specsample signoff: {exc}") from None
-    print(result.report)
+    report, code = result.report, result.exit_code
+    if not args.no_exactness:
+        report, code = _signoff_exactness(args, where, report, code)
+    print(report)
     if args.report:
-        Path(args.report).write_text(result.report)
-    return result.exit_code
+        Path(args.report).write_text(report)
+    return code
+
+
+def _signoff_exactness(args: argparse.Namespace, where: dict, report: str, code: int) -> tuple[str, int]:
+    """Sign-off's exactness rows (docs/exactness.md): each side's subjects checked on the GPU; a
+    head that turns biased where its base was exact is exit 2. Skipped, with a note, where the
+    sign-off ran under the interpreter."""
+    from . import exactness
+    from .track.signoff import exactness_rows
+
+    if where.get("device") == "cpu":
+        return report + "\n## Exactness\n\nNot checked: no GPU (`--no-exactness` skips it).\n", code
+    if _is_subject(args.base) or _is_subject(args.head) or args.vllm_repo:
+        sides = [[_as_ref_subject(x, args.vllm_repo)] for x in (args.base, args.head)]
+    else:
+        names = args.subject or ["mrv2", "fast", "express"]
+        sides = [[f"{n}@{_rev(rev)}" for n in names] for rev in (args.base, args.head)]
+    draftings = ["independent", "production"]
+    base_rows, head_rows = (
+        [r.to_json() for r in exactness.run(names, draftings, log=lambda line: print(line, flush=True))]
+        for names in sides
+    )
+    text, turned = exactness_rows.section(base_rows, head_rows)
+    return report + "\n" + text, exactness_rows.exit_code(code, turned)
 
 
 def cmd_exactness(args: argparse.Namespace) -> int:
@@ -468,7 +494,7 @@ def cmd_exactness(args: argparse.Namespace) -> int:
     else:
         _require_gpu("specsample exactness")
         machine = _machine(args)
-    commit = args.commit or _rev("HEAD")
+    commit = _rev(args.commit or "HEAD")
     _set_vllm_repo(args)
     rows = exactness.run(
         names,
@@ -956,6 +982,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_machine(s)
     s.add_argument("--report", help="also write the markdown report here")
+    s.add_argument("--no-exactness", action="store_true", help="skip the exactness rows (docs/exactness.md)")
     _add_vllm_repo(s)
     s.set_defaults(func=cmd_signoff)
 

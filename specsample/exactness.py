@@ -186,12 +186,11 @@ def chi_square(what: str, observed: np.ndarray, probs: np.ndarray) -> Test | Non
     n = int(observed.sum())
     if n == 0:
         return None
-    obs, exp = merged_bins(observed, n * np.asarray(probs, np.float64))
-    impossible = (exp <= 0) & (obs > 0)
-    if impossible.any():  # a token the law never emits: infinitely unlikely
-        return Test(what, math.inf, max(len(exp) - 1, 1), 0.0, n)
-    keep = exp > 0
-    obs, exp = obs[keep], exp[keep]
+    probs = np.asarray(probs, np.float64)
+    if ((probs <= 0) & (observed > 0)).any():  # a token the law never emits: before any merging
+        return Test(what, math.inf, max(len(probs) - 1, 1), 0.0, n)
+    keep = probs > 0
+    obs, exp = merged_bins(observed[keep], n * probs[keep])
     df = len(exp) - 1
     if df < 1:
         return None
@@ -280,12 +279,14 @@ def draw_independent(law: Law, inputs: dict, seed: int = 0) -> None:
 # Subjects
 
 
-def planted_subject(base_name: str = PLANTED_BASE, rate: float = PLANTED_RATE):
+def planted_subject(base_name: str | None = None, rate: float | None = None):
     """``base_name`` with its first emitted token moved to the next token id in a fraction
     ``rate`` of requests (those whose seed hashes below it): a biased subject (positive control)."""
     from . import subjects
     from .subjects.base import PreparedCall, Subject
 
+    base_name = PLANTED_BASE if base_name is None else base_name
+    rate = PLANTED_RATE if rate is None else rate
     base = subjects.get(base_name)
     threshold = int(rate * 1_000_003)
 
@@ -313,7 +314,7 @@ def planted_subject(base_name: str = PLANTED_BASE, rate: float = PLANTED_RATE):
     )
 
 
-def resolve(name: str, planted_base: str = PLANTED_BASE):
+def resolve(name: str, planted_base: str | None = None):
     """A subject by name: the registry's, or the planted control (over ``planted_base``)."""
     from . import subjects
 
@@ -424,7 +425,7 @@ def check(
         if drafting == "independent":
             draw_independent(law, inputs, seed=seed)
         else:
-            drafter.draw(inputs, salted=(drafting == "production"))
+            drafter.draw(inputs, unsalted=(drafting == "production-unsalted"))
         prepared = subject.prepare(w, device, inputs=inputs)
         sampled, num_sampled = prepared.finish(prepared.call())
         if torch.device(device).type == "cuda":
@@ -457,7 +458,7 @@ def run(
     num_speculative_steps: int = DEFAULT_STEPS,
     device="cuda",
     seed: int = 0,
-    planted_base: str = PLANTED_BASE,
+    planted_base: str | None = None,
     log: Callable[[str], None] = lambda line: None,
 ) -> list[Row]:
     """Every (subject, mode, drafting) check; a subject that cannot be loaded gets ``failed``

@@ -39,14 +39,15 @@ class DraftingSampler:
     namespace: Namespace
     has_flag: bool
 
-    def draw(self, inputs: dict, *, salted: bool) -> None:
+    def draw(self, inputs: dict, *, unsalted: bool = False) -> None:
         """Draw every draft of ``inputs`` (one trial batch: ``K + 1`` rows per request, draft
         logits for every step) in place into ``inputs["draft_sampled"]``.
 
-        ``salted``: pass ``is_drafting=True`` (the release's production call); ``False`` passes
-        ``is_drafting=False`` where the release takes the flag (the shared stream).
+        By default the release's production call: ``is_drafting=True`` where it takes the flag,
+        no flag where it has none. ``unsalted``: ``is_drafting=False`` (the shared stream), only
+        where the release takes the flag.
         """
-        if salted and not self.has_flag:
+        if unsalted and not self.has_flag:
             raise ValueError(f"{self.name}: its gumbel_sample takes no is_drafting flag")
         draft_logits = inputs["draft_logits"]  # [max_num_reqs, K, V]
         K = inputs["num_speculative_steps"]
@@ -62,7 +63,7 @@ class DraftingSampler:
                 logits_cache_col=torch.tensor(step, dtype=torch.int64, device=logits.device),
             )
             if self.has_flag:
-                kwargs["is_drafting"] = salted
+                kwargs["is_drafting"] = not unsalted
             with self.namespace.active():
                 drawn = self.gumbel_sample(
                     logits,
