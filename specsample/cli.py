@@ -10,6 +10,7 @@ dashboard    build dashboards/ from results/ (works without a GPU)
 regressions  change points in the committed results' history (works without a GPU)
 signoff      compare two commits, two subjects (vLLM releases, refs), or two subjects' results
 signoff-validate  A/A sign-offs and planted slowdowns: the sign-off's detection matrix
+exactness    does each subject's output follow the target's law? (GPU; docs/exactness.md)
 vllm         fetch vLLM releases into the cache; list what is cached
 gpuinfo      print what the machine has
 tune         time fast's or express's launch configurations and kernel variants (developers, GPU)
@@ -18,7 +19,8 @@ goals        one commit's committed results against the performance goals (works
 
 Exit codes: 0 success (sign-off: pass), 1 a regression, 2 bad input, a missing GPU, a failed or
 crashed point, or nothing measured (sign-off: also head violating placeholder semantics where
-base does not, or a point measured on one side only, unless ``--allow-missing``). Nothing is
+base does not, a head biased where base is exact, or a point measured on one side only, unless
+``--allow-missing``; exactness: 1 a subject biased or the planted control not flagged). Nothing is
 written to ``results/`` by a run that measured nothing.
 """
 

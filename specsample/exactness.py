@@ -433,7 +433,7 @@ def check(
     except NotSupported as exc:
         row.reason = str(exc)
         return row
-    except Exception as exc:  # a subject that fails is a row, not the end of the run
+    except Exception as exc:  # noqa: BLE001 - a subject that fails is a row, not the end of the run
         row.verdict, row.reason = "failed", f"{type(exc).__name__}: {exc}".splitlines()[0]
         return row
     tests = analyse(law, mode, sampled, num_sampled)
@@ -451,7 +451,7 @@ def check(
 def run(
     names: list[str],
     draftings: list[str],
-    modes: list[str] = list(MODES),
+    modes: tuple[str, ...] | list[str] = MODES,
     *,
     num_trials: int = DEFAULT_TRIALS,
     vocab_size: int = DEFAULT_VOCAB,
@@ -469,7 +469,7 @@ def run(
         try:
             subject = resolve(name, planted_base)
             drafter = drafting_of(name) if any(d != "independent" for d in draftings) else None
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - a subject that cannot load is failed rows
             reason = f"{type(exc).__name__}: {exc}".splitlines()[0]
             for mode, drafting in itertools.product(modes, draftings):
                 rows.append(Row(name, mode, drafting, "failed", reason=reason, num_trials=num_trials))

@@ -173,3 +173,29 @@ def test_signoff_fails_a_head_that_turns_biased():
     # biased on both sides is reported, but is not a change the head made
     assert not exactness_rows.section([row("a", "biased")], [row("b", "biased")])[1]
     json.dumps(base)
+
+
+def test_the_releases_page_shows_the_committed_exactness_rows(tmp_path):
+    import synthetic_results as sr
+
+    from specsample.dashboard import build_dashboard
+    from specsample.dashboard.exactness import exactness_rows
+    from specsample.track.results import load_results
+
+    results = sr.write_asv_results(sr.releases_frame(), tmp_path / "results")
+    df, _ = load_results(results)
+    machine = sorted(set(df["machine"]))[0]
+    worst = {"what": "position 1", "chi2": 812.3, "df": 15, "p_value": 1e-160, "n": 150_000}
+    lines = [
+        {"subject": "mrv2", "mode": "standard", "drafting": "independent", "verdict": "exact", "commit": "c" * 40},
+        {"subject": "vllm==0.30.0", "mode": "standard", "drafting": "production", "verdict": "exact"},
+        {"subject": "vllm==0.28.0", "mode": "standard", "drafting": "production", "verdict": "biased", "worst": worst},
+        {"subject": "mrv2", "mode": "block", "drafting": "production", "verdict": "skipped", "reason": "none"},
+    ]
+    (results / machine / "cccccccc.exactness").write_text("".join(json.dumps(r) + "\n" for r in lines))
+    rows = exactness_rows(results, machine)
+    assert [r["subject"] for r in rows] == ["vllm==0.28.0", "vllm==0.30.0", "mrv2"]  # skipped left out
+    assert rows[0]["summary"] == "biased (chi2=812.3, df=15, position 1, production)"
+    build_dashboard(df, tmp_path / "site", results_dir=results)
+    page = (tmp_path / "site" / "releases.html").read_text(encoding="utf-8")
+    assert "Exactness per release" in page and "biased (chi2=812.3, df=15, position 1, production)" in page

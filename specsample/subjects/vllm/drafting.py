@@ -57,11 +57,11 @@ class DraftingSampler:
         for step in range(K):
             rows = first_rows + step  # the target row that verifies this step's draft
             logits = draft_logits[idx_mapping.to(torch.int64), step].contiguous()  # [R, V]
-            kwargs = dict(
-                apply_temperature=True,
-                logits_cache=draft_logits,
-                logits_cache_col=torch.tensor(step, dtype=torch.int64, device=logits.device),
-            )
+            kwargs = {
+                "apply_temperature": True,
+                "logits_cache": draft_logits,
+                "logits_cache_col": torch.tensor(step, dtype=torch.int64, device=logits.device),
+            }
             if self.has_flag:
                 kwargs["is_drafting"] = not unsalted
             with self.namespace.active():
