@@ -199,3 +199,32 @@ def test_the_releases_page_shows_the_committed_exactness_rows(tmp_path):
     build_dashboard(df, tmp_path / "site", results_dir=results)
     page = (tmp_path / "site" / "releases.html").read_text(encoding="utf-8")
     assert "Exactness per release" in page and "biased (chi2=812.3, df=15, position 1, production)" in page
+
+
+def test_signoff_checks_both_sides_and_fails_a_head_that_turned_biased(monkeypatch):
+    import argparse
+
+    asked = []
+
+    def fake_run(names, draftings, **kwargs):
+        asked.append((list(names), list(draftings)))
+        verdict = "biased" if names[0] == "vllm==9.2.0" else "exact"
+        return [
+            exactness.Row(
+                names[0],
+                "standard",
+                "independent",
+                verdict,
+                worst={"what": "position 2", "chi2": 70.0, "df": 15, "p_value": 1e-9, "n": 9},
+            )
+        ]
+
+    monkeypatch.setattr(exactness, "run", fake_run)
+    args = argparse.Namespace(base="vllm==9.1.0", head="vllm==9.2.0", vllm_repo=None, subject=None)
+    report, code = cli._signoff_exactness(args, {"machine": "m"}, "timing report\n", 0)
+    assert asked == [(["vllm==9.1.0"], ["independent", "production"]), (["vllm==9.2.0"], ["independent", "production"])]
+    assert code == 2 and "turned biased" in report and report.startswith("timing report")
+    args.base, args.head = args.head, args.base  # the head fixed a bias: no failure
+    assert cli._signoff_exactness(args, {"machine": "m"}, "", 1)[1] == 1
+    report, code = cli._signoff_exactness(args, {"device": "cpu"}, "", 0)
+    assert code == 0 and "Not checked: no GPU" in report
