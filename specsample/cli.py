@@ -496,7 +496,9 @@ def cmd_exactness(args: argparse.Namespace) -> int:
     else:
         _require_gpu("specsample exactness")
         machine = _machine(args)
-    commit = _rev(args.commit or "HEAD")
+    # A full hash is taken as given: the GPU box may get a copy of the tree without its .git.
+    full = args.commit is not None and len(args.commit) == 40 and all(c in "0123456789abcdef" for c in args.commit)
+    commit = args.commit if full else _rev(args.commit or "HEAD")
     _set_vllm_repo(args)
     rows = exactness.run(
         names,
@@ -1009,7 +1011,9 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("--seed", type=int, default=0, help="seed of the law and of the trials")
     ex.add_argument("--device", default="cuda", choices=("cuda", "cpu"), help="cpu: Triton's interpreter (tiny sizes)")
     ex.add_argument("--results", default="results", help="writes <results>/<machine>/<sha8>.exactness")
-    ex.add_argument("--commit", default=None, help="the commit the file is named after (default HEAD)")
+    ex.add_argument(
+        "--commit", default=None, help="the commit the file is named after (default HEAD; a full hash needs no git)"
+    )
     _add_machine(ex)
     _add_vllm_repo(ex)
     ex.set_defaults(func=cmd_exactness)
