@@ -11,6 +11,7 @@ regressions  change points in the committed results' history (works without a GP
 signoff      compare two commits, two subjects (vLLM releases, refs), or two subjects' results
 bisect       the first commit where a point's latency moved (vLLM refs or our commits)
 signoff-validate  A/A sign-offs and planted slowdowns: the sign-off's detection matrix
+exactness    does each subject's output follow the target's law? (GPU; docs/exactness.md)
 vllm         fetch vLLM releases into the cache; list what is cached
 gpuinfo      print what the machine has
 tune         time fast's or express's launch configurations and kernel variants (developers, GPU)
@@ -19,7 +20,8 @@ goals        one commit's committed results against the performance goals (works
 
 Exit codes: 0 success (sign-off: pass), 1 a regression, 2 bad input, a missing GPU, a failed or
 crashed point, or nothing measured (sign-off: also head violating placeholder semantics where
-base does not, or a point measured on one side only, unless ``--allow-missing``). Nothing is
+base does not, a head biased where base is exact, or a point measured on one side only, unless
+``--allow-missing``; exactness: 1 a subject biased or the planted control not flagged). Nothing is
 written to ``results/`` by a run that measured nothing.
 """
 
@@ -467,10 +469,82 @@ def cmd_signoff(args: argparse.Namespace) -> int:
             result = signoff.signoff_commits(repo, args.base, args.head, subjects=args.subjects, **where, **common)
     except signoff.SignoffError as exc:
         raise UsageError(f"specsample signoff: {exc}") from None
-    print(result.report)
+    report, code = result.report, result.exit_code
+    if not args.no_exactness:
+        report, code = _signoff_exactness(args, where, report, code)
+    print(report)
     if args.report:
-        Path(args.report).write_text(result.report)
-    return result.exit_code
+        Path(args.report).write_text(report)
+    return code
+
+
+def _signoff_exactness(args: argparse.Namespace, where: dict, report: str, code: int) -> tuple[str, int]:
+    """Sign-off's exactness rows (docs/exactness.md): each side's subjects checked on the GPU; a
+    head that turns biased where its base was exact is exit 2. Skipped, with a note, where the
+    sign-off ran under the interpreter."""
+    from . import exactness
+    from .track.signoff import exactness_rows
+
+    if where.get("device") == "cpu":
+        return report + "\n## Exactness\n\nNot checked: no GPU (`--no-exactness` skips it).\n", code
+    if _is_subject(args.base) or _is_subject(args.head) or args.vllm_repo:
+        sides = [[_as_ref_subject(x, args.vllm_repo)] for x in (args.base, args.head)]
+    else:
+        names = args.subjects or ["mrv2", "fast", "express"]
+        sides = [[f"{n}@{_rev(rev)}" for n in names] for rev in (args.base, args.head)]
+    draftings = ["independent", "production"]
+    base_rows, head_rows = (
+        [r.to_json() for r in exactness.run(names, draftings, log=lambda line: print(line, flush=True))]
+        for names in sides
+    )
+    text, turned = exactness_rows.section(base_rows, head_rows)
+    return report + "\n" + text, exactness_rows.exit_code(code, turned)
+
+
+def cmd_exactness(args: argparse.Namespace) -> int:
+    """``specsample exactness``: the output law of each subject against the target's
+    (docs/exactness.md). Exit 0: every real subject exact and the planted control flagged; 1: a
+    real subject biased or failed, or the control not flagged; 2: bad input, nothing written."""
+    from . import exactness
+
+    names = list(dict.fromkeys(args.subjects))
+    _subject_names([n for n in names if n != exactness.PLANTED])
+    if args.num_trials < 1 or args.vocab_size < 2 or args.num_speculative_steps < 1:
+        raise UsageError("specsample exactness: --num-trials, --num-speculative-steps >= 1 and --vocab-size >= 2")
+    if "block" in args.modes and args.vocab_size**args.num_speculative_steps > exactness.MAX_ENUMERATED:
+        raise UsageError(
+            f"specsample exactness: block mode enumerates V ** K draft sequences; "
+            f"{args.vocab_size} ** {args.num_speculative_steps} is over {exactness.MAX_ENUMERATED}"
+        )
+    if args.device == "cpu":
+        os.environ["TRITON_INTERPRET"] = "1"  # before anything imports Triton
+        machine = args.machine or "cpu-interpreter"
+    else:
+        _require_gpu("specsample exactness")
+        machine = _machine(args)
+    # A full hash is taken as given: the GPU box may get a copy of the tree without its .git.
+    full = args.commit is not None and len(args.commit) == 40 and all(c in "0123456789abcdef" for c in args.commit)
+    commit = args.commit if full else _rev(args.commit or "HEAD")
+    _set_vllm_repo(args)
+    rows = exactness.run(
+        names,
+        list(dict.fromkeys(args.drafting)),
+        list(dict.fromkeys(args.modes)),
+        num_trials=args.num_trials,
+        vocab_size=args.vocab_size,
+        num_speculative_steps=args.num_speculative_steps,
+        device=args.device,
+        seed=args.seed,
+        log=lambda line: print(line, flush=True),
+    )
+    out = Path(args.results_dir) / machine / f"{commit[:8]}{exactness.SUFFIX}"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with out.open("w") as f:
+        for row in rows:
+            row.machine, row.commit = machine, commit
+            f.write(json.dumps(row.to_json(), sort_keys=True) + "\n")
+    print(f"wrote {out}")
+    return exactness.exit_code(rows)
 
 
 def cmd_bisect(args: argparse.Namespace) -> int:
@@ -1144,6 +1218,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_noise_options(s)
     _add_machine(s)
     s.add_argument("--report", help="also write the markdown report here")
+    s.add_argument("--no-exactness", action="store_true", help="skip the exactness rows (docs/exactness.md)")
     _add_vllm_repo(s)
     s.set_defaults(func=cmd_signoff)
 
@@ -1197,6 +1272,34 @@ def build_parser() -> argparse.ArgumentParser:
     _add_machine(bi)
     _add_vllm_repo(bi)
     bi.set_defaults(func=cmd_bisect)
+
+    ex = sub.add_parser(
+        "exactness",
+        help="does each subject's output follow the target's law? exit 0 exact, 1 biased, 2 bad input",
+        formatter_class=_Formatter,
+        description=subjects_help + ", planted (a biased control)",
+    )
+    ex.add_argument("--subjects", nargs="+", required=True, metavar="NAME", help="subjects to check")
+    ex.add_argument(
+        "--drafting",
+        nargs="+",
+        default=["independent"],
+        choices=("independent", "production", "production-unsalted"),
+        help="how drafts are drawn: independently, or by the subject's own gumbel_sample with or without its drafting flag",
+    )
+    ex.add_argument("--modes", nargs="+", default=["standard", "block"], choices=("standard", "block"))
+    ex.add_argument("--num-trials", type=int, default=200_000, help="trials (requests) per check")
+    ex.add_argument("--vocab-size", type=int, default=16)
+    ex.add_argument("--num-speculative-steps", type=int, default=3)
+    ex.add_argument("--seed", type=int, default=0, help="seed of the law and of the trials")
+    ex.add_argument("--device", default="cuda", choices=("cuda", "cpu"), help="cpu: Triton's interpreter (tiny sizes)")
+    ex.add_argument("--results-dir", default="results", help="writes <results-dir>/<machine>/<sha8>.exactness")
+    ex.add_argument(
+        "--commit", default=None, help="the commit the file is named after (default HEAD; a full hash needs no git)"
+    )
+    _add_machine(ex)
+    _add_vllm_repo(ex)
+    ex.set_defaults(func=cmd_exactness)
 
     sv = sub.add_parser(
         "signoff-validate",

@@ -8,7 +8,10 @@ path (source read back by ``triton.jit``, the ``vllm.triton_utils`` shim) is exe
 Knobs make a tree misbehave in the ways a real release can: a module that raises on import, a
 missing module, an older signature, a launcher that kills its process or hangs. ``cache=True``
 gives it 0.34.0's shape: the draft logits as ``draft_logits_cache``, from a module whose top
-imports reach code that must never load (:data:`CACHE_SOURCE`).
+imports reach code that must never load (:data:`CACHE_SOURCE`). ``gumbel="unsalted"`` or
+``"flag"`` adds a drafting sampler, ``gumbel_sample`` in :data:`GUMBEL` (written here: Gumbel-max
+over specsample's Philox noise keyed by ``(seed, position)``, the noise the launcher, then
+specsample's batched reference, resamples with), without or with the ``is_drafting`` salt.
 """
 
 from __future__ import annotations
@@ -32,9 +35,47 @@ def _copy_kernel(src_ptr, dst_ptr, n, BLOCK: tl.constexpr):
 
 
 def copy(src, dst):
-    _copy_kernel[(triton.cdiv(src.numel(), 64),)](src, dst, src.numel(), BLOCK=64)
+    _copy_kernel[(triton.cdiv(src.numel(), 1024),)](src, dst, src.numel(), BLOCK=1024)
     return dst
 """
+
+GUMBEL = "vllm/v1/worker/gpu/sample/gumbel.py"
+
+
+def gumbel_source(flag: bool) -> str:
+    """Our drafting sampler: ``argmax(logits / T + G)`` with ``G`` the Gumbel noise of
+    ``philox.randint(seed, position)`` (plus a salt under ``is_drafting``), the draft logits
+    written to the cache column. Without the salt it shares the resample step's stream."""
+    flag_arg = "is_drafting, " if flag else ""
+    salt = "(1 << 30) if is_drafting else 0" if flag else "0"
+    return f"""
+import torch
+
+from vllm.triton_utils import tl, triton
+
+
+def noise_stream():
+    # Reached by the launcher, so the closure keeps this module (as a real verifier reaches its
+    # Gumbel helpers).
+    return "philox(seed, pos)"
+
+
+def gumbel_sample(logits, expanded_idx_mapping, temperature, seed, pos, apply_temperature,
+                  {flag_arg}logits_cache=None, logits_cache_col=None, use_fp64=False):
+    from specsample.reference import philox
+    from specsample.reference.mrv2 import gumbel_noise
+
+    slot = expanded_idx_mapping.long()
+    if logits_cache is not None:
+        logits_cache[slot, int(logits_cache_col)] = logits
+    x = logits.float()
+    if apply_temperature:
+        x = x / temperature[slot].float()[:, None]
+    shifted = pos.to(torch.int64) + ({salt})
+    words = philox.randint(seed[slot], shifted.to(torch.int32))
+    return (x + gumbel_noise(words, logits.shape[-1])).argmax(dim=-1)
+"""
+
 
 CACHE = "vllm/v1/worker/gpu/spec_decode/draft_cache.py"
 ROWS = "vllm/utils/rows.py"
@@ -80,7 +121,9 @@ _SIGNATURES = {
 }
 
 
-def launcher_source(signature: str = "current", *, misbehave: str = "", marker: int = 0, cache: bool = False) -> str:
+def launcher_source(
+    signature: str = "current", *, misbehave: str = "", marker: int = 0, cache: bool = False, gumbel: str = ""
+) -> str:
     """The generated rejection_sampler_utils.py. ``misbehave``: "" (correct), "exit" (the
     process dies when any draft is -1), "hang" (sleeps forever when any draft is -1),
     "raise-on-import", "missing-module" (imports a vllm module the tree lacks), "bad-shim" (takes
@@ -95,6 +138,8 @@ def launcher_source(signature: str = "current", *, misbehave: str = "", marker: 
     ]
     if cache:
         imports.append("from vllm.v1.worker.gpu.spec_decode.draft_cache import DraftCache, check_rows")
+    if gumbel:
+        imports.append("from vllm.v1.worker.gpu.sample.gumbel import noise_stream")
     if misbehave == "missing-module":
         imports.append("from vllm.v1.worker.gpu.sample.not_there import nothing")
     if misbehave == "bad-shim":
@@ -110,6 +155,10 @@ def rejection_sample(target_logits, {"draft_logits_cache: DraftCache | None" if 
                      expanded_idx_mapping, expanded_local_pos, temperature, seed, num_speculative_steps,
                      synthetic_conditional_rates=None, {_SIGNATURES[signature]}):
     from specsample.reference import rejection_sample as reference
+    if {bool(gumbel)!r}:
+        # the batched reference: the same draws, fast enough for the exactness trials
+        from specsample.reference.batched import rejection_sample as reference
+        assert noise_stream()
 
     if {cache!r}:
         draft_logits = None
@@ -136,17 +185,18 @@ def rejection_sample(target_logits, {"draft_logits_cache: DraftCache | None" if 
 
 
 def tree_files(
-    signature: str = "current", *, misbehave: str = "", marker: int = 0, cache: bool = False
+    signature: str = "current", *, misbehave: str = "", marker: int = 0, cache: bool = False, gumbel: str = ""
 ) -> dict[str, str]:
     """The tree as {path: text}; its package __init__ files raise, so loading must not run them."""
     return {
         **({CACHE: CACHE_SOURCE, **RUNTIME} if cache else {}),
+        **({GUMBEL: gumbel_source(gumbel == "flag")} if gumbel else {}),
         "vllm/__init__.py": "raise RuntimeError('vllm/__init__.py must not run: it imports all of vLLM')\n",
         "vllm/v1/__init__.py": "raise RuntimeError('package __init__ ran')\n",
         "vllm/triton_utils/__init__.py": "raise RuntimeError('the real vllm.triton_utils must not load')\n",
         "vllm/unrelated/big.py": "raise RuntimeError('not in the closure')\n",
         HELPER: _HELPER_SOURCE,
-        ROOT: launcher_source(signature, misbehave=misbehave, marker=marker, cache=cache),
+        ROOT: launcher_source(signature, misbehave=misbehave, marker=marker, cache=cache, gumbel=gumbel),
     }
 
 

@@ -25,6 +25,7 @@ from ..track import changepoints
 from ..track.results import load_provenance
 from ..tiers import REPLICATED_RELEASE
 from . import page, select
+from .exactness import exactness_rows
 from .render import Context, Rendered, render_all, render_figure
 from .select import MissingData
 from .specs import FIGURES, OUR_TIERS, SECTIONS, FigureSpec
@@ -98,6 +99,7 @@ def build_dashboard(
         captions=captions,
         notes=select.status_notes(data[~ours]),
         fidelity=select.replica_fidelity(data, REPLICATED_RELEASE),
+        exactness=exactness_rows(results_dir, machine),
     )
     return page.write_index(
         out_dir,

@@ -143,6 +143,7 @@ def write_releases(
     captions: dict,
     notes: list[str],
     fidelity: pd.DataFrame | None = None,
+    exactness: list[dict] | None = None,
 ) -> Path:
     """``out_dir/releases.html``: the placeholder change between releases, the newest release
     against ours, replica fidelity, faults and semantics, latency over releases, changes between
@@ -183,7 +184,7 @@ def write_releases(
         if releases
         else []
     )
-    links += [("#provenance", "Provenance")]
+    links += [("#exactness", "Exactness"), ("#provenance", "Provenance")]
     provenance_rows = _provenance_context(provenance, machine, dated)
     context = {
         "machine": str(machine),
@@ -206,6 +207,7 @@ def write_releases(
         ),
         "provenance": provenance_rows,
         "provenance_empty": PROVENANCE_EMPTY,
+        "exactness": exactness or [],
     }
     return _write(out_dir / PAGES["releases"], "releases.html", context)
 
