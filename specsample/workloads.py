@@ -692,6 +692,25 @@ def make_inputs(w: Workload, device: str | torch.device = "cpu") -> dict:
     return inputs
 
 
+# The input names path_inputs may add (none of them is an argument of specsample's samplers).
+PATH_INPUT_NAMES = (
+    "fly_window_size",
+    "fly_entropy_threshold",
+    "fly_entropy_top_k",
+    "contexts",
+    "watermarking",
+    "watermark_key",
+    "skip_masked_vocab_blocks",
+    "draft_logits_cache_values",
+    "draft_logits_row_mapping",
+)
+
+
+def base_inputs(inputs: dict) -> dict:
+    """``inputs`` less the path inputs: the arguments every MRV2 launcher takes."""
+    return {k: v for k, v in inputs.items() if k not in PATH_INPUT_NAMES}
+
+
 def path_inputs(w: Workload, lay: _Layout, inputs: dict, device: torch.device) -> dict:
     """The keyword arguments of the sampler paths ``w`` turns on (none at the defaults):
 
