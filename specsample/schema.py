@@ -238,4 +238,5 @@ SEMANTICS = (
     "same semantics, other stream",  # placeholder and range semantics hold; other random draws
     "violates placeholder semantics",  # accepted at or after a -1, or tokens / counts out of range
     "crashed",  # the subject's process died (a fault or a hang) at this point
+    "violates path semantics",  # a sampler path's own rule broken (FLy deferral, watermark determinism)
 )

@@ -363,6 +363,8 @@ def _summary(records: dict[str, dict]) -> str:
     for subject, r in records.items():
         if r["status"] == "ok" and "median" in r:
             sem = f", {r['semantics']}" if r.get("semantics") else ""
+            if r.get("deferral_rate") is not None:
+                sem += f", deferral {r['deferral_rate']:.2f}"
             parts.append(f"{subject} {r['median'] * 1e6:.1f} us{sem}")
         elif r["status"] == "ok":
             parts.append(f"{subject} ok")
@@ -416,7 +418,7 @@ def _measure_unit(unit: Unit, options: JobOptions, on_phase) -> dict[str, dict]:
     for subject, r in results.items():
         if r.status == "ok":
             record = {"status": "ok", **_timing_record(r.timing), "bytes": r.timing.extra["bytes_required"]}
-            record.update(semantics=r.semantics, semantics_detail=r.semantics_detail)
+            record.update(semantics=r.semantics, semantics_detail=r.semantics_detail, **r.extra)
         else:
             record = {"status": r.status, "reason": r.reason}
         records[subject] = record
