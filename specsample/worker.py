@@ -351,10 +351,14 @@ def _exit_reason(code: int) -> str:
 
 
 def _label(point: dict) -> str:
-    from .schema import SYMBOLS
+    from .schema import PATH_DEFAULTS, SYMBOLS
 
     return " ".join(
-        f"{SYMBOLS.get(k, '')}={v}" if k in SYMBOLS and k != "placeholder_pattern" else str(v) for k, v in point.items()
+        f"{SYMBOLS.get(k, '')}={v}"
+        if k in SYMBOLS and k != "placeholder_pattern"
+        else (f"{k}={v}" if k in PATH_DEFAULTS else str(v))
+        for k, v in point.items()
+        if k not in PATH_DEFAULTS or v != PATH_DEFAULTS[k]
     )
 
 
