@@ -754,10 +754,23 @@ def cmd_vllm_list(args: argparse.Namespace) -> int:
     for version in store.cached_releases():
         entry = store.release(version)
         left_out = f" ({len(entry.stand_ins)} modules it imports left out)" if entry.stand_ins else ""
-        print(f"vllm=={version}: {len(entry.files)} files from {entry.manifest.get('wheel')}{left_out}")
+        print(
+            f"vllm=={version}: {len(entry.files)} files from {entry.manifest.get('wheel')}{left_out}; "
+            f"paths: {_release_paths(version)}"
+        )
     if not args.index:
         return 0
     return _vllm_index(store)
+
+
+def _release_paths(version: str) -> str:
+    """The sampler paths (docs/paths.md) a cached release has, read from its signature."""
+    from . import subjects
+
+    try:
+        return ", ".join(subjects.get(f"vllm=={version}").capabilities.paths) or "none"
+    except (subjects.SubjectError, subjects.NotSupported) as exc:
+        return f"unknown ({exc})"
 
 
 def _vllm_index(store) -> int:
