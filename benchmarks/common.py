@@ -161,6 +161,8 @@ def _write_outcomes(sweep: Sweep, units: list[worker.Unit], outcome: worker.Outc
                     "semantics": record.get("semantics"),
                     "reason": record.get("reason") or record.get("semantics_detail") or None,
                     "gpu": record.get("gpu"),
+                    "acceptance_rate": record.get("acceptance_rate"),
+                    "deferral_rate": record.get("deferral_rate"),
                 }
             )
     sweeps = [{"tier": sweep.tier, "sweep": sweep.name, "copy_bandwidth_gbps": copy_bandwidth / 1e9}]

@@ -133,12 +133,13 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
     _set_vllm_repo(args)
     names = _subject_names(args.subjects)
+    paths = _path_grid(args)  # bad path input is a usage error before anything else
+    _check_path_requests(paths, names)
     _require_gpu("specsample compare")
     _resolve_subjects(names)
-    bw = copy_bandwidth()
     grid = itertools.product(args.mode, args.draft, args.num_reqs, args.K, args.vocab_size, args.phi)
     units = []
-    for i, (mode, draft, r, k, v, phi) in enumerate(grid):
+    for i, ((mode, draft, r, k, v, phi), path) in enumerate(itertools.product(grid, paths)):
         point = dict(
             mode=mode,
             draft=draft,
@@ -147,8 +148,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
             vocab_size=v,
             placeholder_density=phi,
             placeholder_pattern=args.pattern,
+            **path,
         )
         units.append(worker.Unit(f"compare/{i}", point, tuple(names)))
+    bw = copy_bandwidth()
     options = worker.JobOptions(l2=args.l2, num_samples=args.samples)
     outcome = worker.run_units(units, options, log=lambda line: print(line, flush=True))
     rows = []
@@ -165,6 +168,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
                     bandwidth_fraction=record["bytes"] / record["median"] / bw,
                     ratio_to_mrv2=record["median"] / base["median"] if base.get("status") == "ok" else None,
                     semantics=record.get("semantics"),
+                    acceptance_rate=record.get("acceptance_rate"),
+                    deferral_rate=record.get("deferral_rate"),
                 )
             else:
                 row["reason"] = record.get("reason")
@@ -179,14 +184,88 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return 2 if any(r["status"] in ("failed", "crashed") for r in rows) else 0
 
 
+_PATH_OPTIONS = {  # path axis -> (option dest, how a value is read)
+    "logits_shape": ("logits_shape", str),
+    "row_entropy": ("row_entropy", str),
+    "masked_vocab_fraction": ("masked_vocab_fraction", float),
+    "skip_masked_vocab_blocks": ("skip_masked_vocab_blocks", lambda v: v == "on"),
+    "fly_window_size": ("fly_window_size", int),
+    "watermark": ("watermark", lambda v: v == "on"),
+    "draft_cache": ("draft_cache", str),
+}
+
+
+def _path_grid(args: argparse.Namespace) -> list[dict]:
+    """The path axes' combinations asked for (each at its default unless given); a combination
+    that is not a workload (vLLM forbids it, a value out of range) is a usage error."""
+    from .workloads import workload_of
+
+    axes = {}
+    for axis, (dest, read) in _PATH_OPTIONS.items():
+        try:
+            axes[axis] = [read(v) for v in getattr(args, dest)]
+        except ValueError:
+            raise UsageError(
+                f"specsample compare: --{dest.replace('_', '-')}: not a number: {getattr(args, dest)}"
+            ) from None
+    grid = [dict(zip(axes, combo)) for combo in itertools.product(*axes.values())]
+    for mode, draft, path in itertools.product(args.mode, args.draft, grid):
+        try:
+            workload_of(
+                dict(
+                    mode=mode,
+                    draft=draft,
+                    num_reqs=args.num_reqs[0],
+                    num_speculative_steps=args.K[0],
+                    vocab_size=args.vocab_size[0],
+                    placeholder_density=args.phi[0],
+                    placeholder_pattern=args.pattern,
+                    **path,
+                )
+            )
+        except ValueError as exc:
+            raise UsageError(f"specsample compare: {mode} mode, {draft} drafts: {exc}") from None
+    return grid
+
+
+def _check_path_requests(paths: list[dict], names: list[str]) -> None:
+    """A path asked for on a subject that lacks it: one clear usage error, before measuring (a
+    subject that cannot be loaded is left to :func:`_resolve_subjects`)."""
+    from . import subjects
+    from .schema import paths_of
+
+    asked = {p for point in paths for p in paths_of(point)}
+    if not asked:
+        return
+    for name in names:
+        try:
+            have = subjects.get(name).capabilities.paths
+        except (subjects.SubjectError, subjects.NotSupported, ValueError):
+            continue
+        missing = [p for p in sorted(asked) if p not in have]
+        if missing:
+            raise UsageError(
+                f"specsample compare: {name} has no {' or '.join(missing)} path (its paths: "
+                f"{', '.join(have) or 'none'}); drop it from --subjects or leave the path off"
+            )
+
+
 def _format_row(row: dict) -> str:
     where = (
         f"{row['subject']:>17} {row['mode']:>8} {row['draft']:>7} R={row['num_reqs']:<4} "
         f"K={row['num_speculative_steps']} V={row['vocab_size']:<6} phi={row['placeholder_density']:<4}"
     )
+    from .schema import PATH_DEFAULTS
+
+    paths = [f"{k}={row[k]}" for k, v in PATH_DEFAULTS.items() if k in row and row[k] != v]
+    if paths:
+        where += " " + " ".join(paths)
     if row["status"] != "ok":
         return f"{where}  {row['status']}: {row.get('reason')}"
     ratio = f"  x{row['ratio_to_mrv2']:.3f} of mrv2" if row.get("ratio_to_mrv2") is not None else ""
+    for key, label in (("acceptance_rate", "accept"), ("deferral_rate", "defer")):
+        if row.get(key) is not None:
+            ratio += f"  {label} {row[key]:.2f}"
     return (
         f"{where}  {row['median_us']:9.1f} us  bw {row['bandwidth_fraction']:.2f}{ratio}  "
         f"[{row['semantics']}; {row['method']}, {row['l2']} L2]"
@@ -319,6 +398,25 @@ def cmd_backfill(args: argparse.Namespace) -> int:
     return 0
 
 
+def _discover_releases() -> list[str]:
+    """Newer MRV2 releases on the index, fetched and appended to the tiers
+    (:mod:`specsample.discovery`); the tiers are reloaded so this run measures them."""
+    import importlib
+
+    from . import discovery, tiers
+    from .subjects.vllm import store
+
+    found = discovery.discover(
+        tiers.MRV2_RELEASES,
+        tiers.discovered_releases_path(),
+        index=store.index_releases,
+        fetch=lambda version: store.fetch_release(version, log=lambda line: None),
+    )
+    if found:
+        importlib.reload(tiers)
+    return found
+
+
 def cmd_nightly(args: argparse.Namespace) -> int:
     _set_gpus(args)
     from .track.asv_runs import RunError, publish, run_lock, run_tier
@@ -330,6 +428,7 @@ def cmd_nightly(args: argparse.Namespace) -> int:
     results = repo / "results"
     start = time.monotonic()
     if not args.no_fetch:
+        _discover_releases()
         _fetch_tier_releases("nightly")
     try:
         with run_lock(results):
@@ -897,10 +996,23 @@ def cmd_vllm_list(args: argparse.Namespace) -> int:
         except SubjectError as exc:
             raise UsageError(f"specsample vllm list: {exc}") from None
         left_out = f" ({len(entry.stand_ins)} modules it imports left out)" if entry.stand_ins else ""
-        print(f"vllm=={version}: {len(entry.files)} files from {entry.manifest.get('wheel')}{left_out}")
+        print(
+            f"vllm=={version}: {len(entry.files)} files from {entry.manifest.get('wheel')}{left_out}; "
+            f"paths: {_release_paths(version)}"
+        )
     if not args.index:
         return 0
     return _vllm_index(store)
+
+
+def _release_paths(version: str) -> str:
+    """The sampler paths (docs/paths.md) a cached release has, read from its signature."""
+    from . import subjects
+
+    try:
+        return ", ".join(subjects.get(f"vllm=={version}").capabilities.paths) or "none"
+    except (subjects.SubjectError, subjects.NotSupported) as exc:
+        return f"unknown ({exc})"
 
 
 def _vllm_index(store) -> int:
@@ -1006,6 +1118,26 @@ class _Formatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescription
     pass
 
 
+def _add_path_options(p: argparse.ArgumentParser) -> None:
+    """vLLM's newer sampler paths as workload axes (docs/paths.md); each defaults to off."""
+    from .schema import DRAFT_CACHES, LOGITS_SHAPES, PATH_DEFAULTS, ROW_ENTROPIES
+
+    g = p.add_argument_group("sampler paths (docs/paths.md)")
+    g.add_argument("--logits-shape", nargs="+", default=[PATH_DEFAULTS["logits_shape"]], choices=LOGITS_SHAPES)
+    g.add_argument(
+        "--row-entropy",
+        nargs="+",
+        default=[PATH_DEFAULTS["row_entropy"]],
+        choices=ROW_ENTROPIES,
+        help="target rows' top-3 entropy against FLy's threshold: how often FLy may defer",
+    )
+    g.add_argument("--masked-vocab-fraction", nargs="+", default=["0.0"], help="vocabulary masked to -inf, in ranges")
+    g.add_argument("--skip-masked-vocab-blocks", nargs="+", default=["off"], choices=["off", "on"])
+    g.add_argument("--fly-window-size", nargs="+", default=["0"], help="FLy deferral window W (0: off)")
+    g.add_argument("--watermark", nargs="+", default=["off"], choices=["off", "on"])
+    g.add_argument("--draft-cache", nargs="+", default=[PATH_DEFAULTS["draft_cache"]], choices=DRAFT_CACHES)
+
+
 def _add_vllm_repo(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--vllm-repo",
@@ -1092,6 +1224,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--pattern", default="trailing", choices=[p for p in PATTERNS if p != "all"], help="where placeholders sit"
     )
     c.add_argument("--l2", default="cold", choices=["cold", "warm"], help="L2 state of every call")
+    _add_path_options(c)
     c.add_argument("--samples", type=int, default=20, help="samples per subject and point")
     c.add_argument("--json", help="also write the rows to this JSON file")
     _add_vllm_repo(c)

@@ -160,16 +160,20 @@ def measure_point(
             results[label] = PointResult("skipped", reason=reason)
         else:
             ready[label] = subject
-    reference = _reference_output(w, copies[0], on_phase) if check and ready else None
+    reference = _reference_output(w, copies[0], on_phase) if check and ready and _baseline_runs(w) else None
     samplers = {}
     for name, subject in ready.items():
         try:
-            verdict = None
+            verdict, extra = None, {}
             if check:
                 on_phase(name, "check")
                 out = subject.run(w, dev, copies[0])
                 _sync(dev)
                 verdict = semantics.classify(copies[0], out, reference)
+                paths = semantics.check_paths(w, copies[0], out, lambda inputs, s=subject: s.run(w, dev, inputs))
+                if paths.violation and not verdict.semantics.startswith("violates"):
+                    verdict = semantics.Verdict("violates path semantics", paths.violation)
+                extra = {k: v for k, v in paths.rates.items() if v is not None}
             on_phase(name, "prepare")
             samplers[name] = _Announced(name, sampler_for(subject, w, copies, config, host), on_phase)
             _sync(dev)
@@ -181,7 +185,10 @@ def measure_point(
             results[name] = PointResult("failed", reason=describe(exc))
             continue
         results[name] = PointResult(
-            "ok", semantics=verdict.semantics if verdict else None, semantics_detail=verdict.detail if verdict else ""
+            "ok",
+            semantics=verdict.semantics if verdict else None,
+            semantics_detail=verdict.detail if verdict else "",
+            extra=extra,
         )
     counts = {name: s.sampler.config.num_samples for name, s in samplers.items()}
     # The eager reference's few samples are not held to a noise target.
@@ -208,6 +215,11 @@ def measure_point(
             t.extra["capped"] = taken.capped
         results[name].timing = t
     return {label: results[label] for label in labels}
+
+
+def _baseline_runs(w: Workload) -> bool:
+    """Whether ``mrv2`` runs ``w`` (not where ``w`` turns on a path it does not have)."""
+    return subjects.get(BASELINE_SUBJECT).unsupported(w) is None
 
 
 def _reference_output(w: Workload, inputs: dict, on_phase: OnPhase):

@@ -44,6 +44,47 @@ POINT_AXES = (
 STAGE_AXIS = "stage"
 AXES = (*POINT_AXES, STAGE_AXIS)
 
+# The axes of vLLM's newer sampler paths (docs/paths.md), after POINT_AXES in the sweeps that vary
+# them. A point that does not name one holds its default (PATH_DEFAULTS): every result recorded
+# before these axes existed was measured at the defaults, which build the same inputs and call
+# the same arguments as before.
+LOGITS_SHAPES = ("gaussian", "heavy-tailed")  # how target and draft-noise rows are drawn
+ROW_ENTROPIES = ("natural", "low", "mixed", "high")  # top-3 entropy of target rows vs FLy's 0.3
+DRAFT_CACHES = ("replicated", "sharded")  # draft logits by request slot, or one TP rank's rows
+PATH_AXES = (
+    "logits_shape",
+    "row_entropy",
+    "masked_vocab_fraction",
+    "skip_masked_vocab_blocks",
+    "fly_window_size",
+    "watermark",
+    "draft_cache",
+)
+PATH_DEFAULTS = {
+    "logits_shape": "gaussian",
+    "row_entropy": "natural",
+    "masked_vocab_fraction": 0.0,
+    "skip_masked_vocab_blocks": False,
+    "fly_window_size": 0,
+    "watermark": False,
+    "draft_cache": "replicated",
+}
+# The sampler paths a subject may or may not have (Capabilities.paths), and what turns each on.
+PATHS = ("fly", "watermark", "skip_masked_vocab_blocks", "sharded_draft_cache")
+
+
+def paths_of(point: dict) -> tuple[str, ...]:
+    """The sampler paths (:data:`PATHS`) a point's path axes turn on; () at the defaults."""
+    get = lambda axis: point.get(axis, PATH_DEFAULTS[axis])  # noqa: E731
+    on = {
+        "fly": int(get("fly_window_size")) > 0,
+        "watermark": bool(get("watermark")),
+        "skip_masked_vocab_blocks": bool(get("skip_masked_vocab_blocks")),
+        "sharded_draft_cache": get("draft_cache") == "sharded",
+    }
+    return tuple(p for p in PATHS if on[p])
+
+
 # Canonical name -> asv parameter name, where they differ (append-only; see the docstring).
 ASV_PARAM_NAMES = {
     "subject": "variant",
@@ -203,6 +244,7 @@ SEMANTICS = (
     "same semantics, other stream",  # placeholder and range semantics hold; other random draws
     "violates placeholder semantics",  # accepted at or after a -1, or tokens / counts out of range
     "crashed",  # the subject's process died (a fault or a hang) at this point
+    "violates path semantics",  # a sampler path's own rule broken (FLy deferral, watermark determinism)
 )
 
 

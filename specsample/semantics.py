@@ -16,11 +16,28 @@
 
 The check costs one extra call and a host read-back per subject and point, outside the timed
 region.
+
+Paths (:func:`check_paths`, docs/paths.md): at a point that turns on one of vLLM's newer sampler
+paths, the rules above hold on every path (placeholder truncation included), and each path's own
+rule is checked too; a broken one is ``"violates path semantics"``:
+
+- FLy: every request's accepted prefix is the one FLy's rules give (:mod:`specsample.reference.fly`:
+  a rejection deferred only where the row's top-k entropy reaches the threshold, the draft is
+  deferrable and its window fits and then passes); and no accepted draft has target
+  probability 0 (neither a native acceptance nor a deferral can accept one);
+- watermarking: a second call on the same inputs (key, contexts) gives the same tokens, and a
+  call with another key changes some watermarked draw (the key is used);
+- the speed paths (masked-block skipping, a sharded draft-logits cache): the same call without
+  the path emits the same tokens.
+
+Every checked point also reports its acceptance rate (accepted drafts over valid drafts) and,
+with FLy, its deferral rate (drafts accepted by a confirmed deferral over valid drafts).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import torch
 
@@ -107,3 +124,94 @@ def _differing(out, reference) -> int:
     ref_rows = reference[0].to(torch.int64).cpu().tolist()
     ref_counts = reference[1].to(torch.int64).cpu().tolist()
     return sum(c != rc or row[:c] != ref[:rc] for row, c, ref, rc in zip(rows, counts, ref_rows, ref_counts))
+
+
+@dataclass(frozen=True)
+class PathVerdict:
+    """A path rule broken (a sentence) or None, and the rates measured at the point."""
+
+    violation: str | None = None
+    rates: dict = field(default_factory=dict)
+
+
+# Watermarking is judged key-dependent only with this many non-greedy requests: with fewer, every
+# resampled token may be a row's top token under both keys.
+MIN_REQUESTS_FOR_KEY_CHECK = 16
+
+
+def check_paths(w, inputs: dict, out: tuple[torch.Tensor, torch.Tensor], call: Callable[[dict], tuple]) -> PathVerdict:
+    """The path rules of the module docstring for workload ``w`` (a
+    :class:`specsample.workloads.Workload`); ``call(inputs)`` runs the subject again."""
+    n, m, drafts = _requests(inputs)
+    counts = out[1].to(torch.int64).cpu().tolist()
+    taus = [c - 1 for c in counts]
+    valid = sum(m)
+    rates = {"acceptance_rate": (sum(min(t, mr) for t, mr in zip(taus, m)) / valid) if valid else None}
+    broken = None
+    if w.fly_window_size:
+        broken, rates["deferral_rate"] = _check_fly(w, inputs, taus, valid)
+    if broken is None and w.watermark:
+        broken = _check_watermark(inputs, out, call)
+    if broken is None:
+        broken = _check_speed_paths(w, inputs, out, call)
+    return PathVerdict(broken, rates)
+
+
+# The speed paths, and the inputs that turn each on: the same call without them must emit the
+# same tokens (a masked block holds no token the resample could draw; a sharded cache holds the
+# same draft logits at other rows).
+_SPEED_PATH_INPUTS = {
+    "skip_masked_vocab_blocks": ("skip_masked_vocab_blocks",),
+    "sharded draft-logits cache": ("draft_logits_cache_values", "draft_logits_row_mapping"),
+}
+
+
+def _check_speed_paths(w, inputs: dict, out, call) -> str | None:
+    for path, names in _SPEED_PATH_INPUTS.items():
+        if any(name in inputs for name in names):
+            plain = call({k: v for k, v in inputs.items() if k not in names})
+            differing = _differing(out, plain)
+            if differing:
+                return f"{path} changes the draws: {differing} of {len(out[1])} requests emit other tokens without it"
+    return None
+
+
+def _check_fly(w, inputs: dict, taus: list[int], valid: int) -> tuple[str | None, float | None]:
+    from .reference.fly import fly_outcomes
+    from .workloads import FLY_ENTROPY_THRESHOLD, FLY_ENTROPY_TOP_K
+
+    threshold = inputs.get("fly_entropy_threshold", FLY_ENTROPY_THRESHOLD)
+    top_k = inputs.get("fly_entropy_top_k", FLY_ENTROPY_TOP_K)
+    outcomes = fly_outcomes(inputs, w.fly_window_size, threshold, top_k)
+    target = inputs["target_logits"]
+    cu = inputs["cu_num_logits"].tolist()
+    tokens = inputs["draft_sampled"].tolist()
+    deferred = 0
+    for r, (tau, o) in enumerate(zip(taus, outcomes)):
+        for i in range(max(tau, 0)):
+            d = tokens[cu[r] + 1 + i]
+            if d >= 0 and not bool(target[cu[r] + i, d] > float("-inf")):
+                return f"request {r}: draft {i + 1} ({d}) accepted with target probability 0", None
+        if o.ambiguous:
+            continue
+        if tau != o.tau:
+            return (
+                f"request {r}: {tau} drafts accepted, FLy's rules (W={w.fly_window_size}, threshold "
+                f"{threshold:g}, top-{top_k}) accept {o.tau} (native decisions {list(o.native)})",
+                None,
+            )
+        deferred += sum(1 for i in range(tau) if not o.native[i])
+    return None, (deferred / valid if valid else None)
+
+
+def _check_watermark(inputs: dict, out, call) -> str | None:
+    again = call(inputs)
+    if _differing(again, out):
+        return "two calls with the same key and contexts emit different tokens"
+    non_greedy = int((inputs["temperature"][inputs["idx_mapping"].long()] > 0).sum())
+    if non_greedy < MIN_REQUESTS_FOR_KEY_CHECK:
+        return None
+    other = call(dict(inputs, watermark_key=inputs["watermark_key"] ^ 0x9E3779B97F4A7C15))
+    if not _differing(other, out):
+        return f"another watermark key changes none of {non_greedy} non-greedy requests' tokens: the key is not used"
+    return None

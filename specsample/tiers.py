@@ -25,9 +25,13 @@ Append-only: results key on tier, sweep and parameter values. No torch here.
 from __future__ import annotations
 
 import itertools
+import json
+import os
+import re
 from dataclasses import dataclass
+from pathlib import Path
 
-from .schema import BASE_POINT, STAGE_AXIS, STAGES, TIERS, asv_name
+from .schema import BASE_POINT, PATH_DEFAULTS, STAGE_AXIS, STAGES, TIERS, asv_name, release_key
 
 # Every vLLM release on the package index with Model Runner V2's rejection sampler
 # (vllm/v1/worker/gpu/spec_decode/rejection_sampler_utils.py first ships in 0.22.0).
@@ -50,7 +54,36 @@ MRV2_RELEASES = (
     "0.33.0",
     "0.34.0",
 )
-NEWEST_RELEASE = f"vllm=={MRV2_RELEASES[-1]}"
+# Releases that `specsample nightly` found on the index since (append-only; see discovery.py).
+# They are appended to MRV2_RELEASES, so every subject axis built from it only grows.
+DISCOVERED_RELEASES_ENV = "SPECSAMPLE_DISCOVERED_RELEASES"
+DISCOVERED_RELEASES_FILE = Path(__file__).resolve().parents[1] / "results" / "discovered_releases.json"
+
+
+def discovered_releases_path() -> Path:
+    return Path(os.environ.get(DISCOVERED_RELEASES_ENV) or DISCOVERED_RELEASES_FILE)
+
+
+def load_discovered(path: Path, known: tuple[str, ...]) -> tuple[str, ...]:
+    """The releases in ``path`` (``{"releases": ["0.35.0", ...]}``, in the order found), those
+    already in ``known`` left out; () without the file. A malformed file is a ``ValueError``
+    naming it: the tiers must not silently lose a release they measured."""
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        return ()
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"{path}: unreadable discovered releases ({exc})") from None
+    releases = data.get("releases") if isinstance(data, dict) else None
+    if not isinstance(releases, list) or not all(
+        isinstance(r, str) and re.fullmatch(r"\d+\.\d+\.\d+(?:\.post\d+)?", r) for r in releases
+    ):
+        raise ValueError(f'{path}: expected {{"releases": ["X.Y.Z", ...]}}')
+    return tuple(r for r in dict.fromkeys(releases) if r not in known)
+
+
+MRV2_RELEASES = (*MRV2_RELEASES, *load_discovered(discovered_releases_path(), MRV2_RELEASES))
+NEWEST_RELEASE = f"vllm=={max(MRV2_RELEASES, key=release_key)}"
 
 # vLLM subjects beside ours in the nightly tier: the newest release, and the main branch of the
 # checkout named by --vllm-repo / $SPECSAMPLE_VLLM_REPO (skipped, with that reason, without one).
@@ -146,6 +179,39 @@ _VLLM_AXIS = (
 )
 _VLLM_RETIRED = tuple(s for s in _VLLM_AXIS if s not in (*NIGHTLY_VLLM, *FIDELITY))
 
+# The path sweeps (docs/paths.md): vLLM's newer sampler paths as axes. Their subject axis is
+# append-only like the Vllm sweep's: the newest release when they began, vllm@main, then each
+# release since; the ones no longer newest are retired. Placeholders off: a FLy window needs
+# real drafts after the deferred one.
+_PATHS_SINCE = "0.34.0"
+_PATHS_VLLM_AXIS = (
+    f"vllm=={_PATHS_SINCE}",
+    "vllm@main",
+    *(f"vllm=={r}" for r in MRV2_RELEASES[MRV2_RELEASES.index(_PATHS_SINCE) + 1 :]),
+)
+_PATHS_RETIRED = tuple(s for s in _PATHS_VLLM_AXIS if s not in NIGHTLY_VLLM)
+
+
+def _path_sweep(tier: str, name: str, **overrides) -> Sweep:
+    """A sweep over path axes: every path axis at its default unless overridden, after the
+    point axes, placeholders off."""
+    paths = {axis: (value,) for axis, value in PATH_DEFAULTS.items()}
+    paths.update({k: v for k, v in overrides.items() if k in paths})
+    rest = {k: v for k, v in overrides.items() if k not in paths}
+    rest.setdefault("placeholder_density", (0.0,))
+    sweep = _sweep(tier, name, **rest)
+    return Sweep(
+        sweep.tier,
+        sweep.name,
+        (*sweep.axes, *paths.items()),
+        sweep.kind,
+        sweep.latency,
+        sweep.timeout,
+        sweep.max_crashes,
+        sweep.retired,
+    )
+
+
 _PEERS = ("mrv2", "mrv2-pre50939", "fast", "torch-eager", "flashinfer", "flashinfer-kernel", "express")
 _DENSITIES = (0.0, 0.25, 0.5, 0.75, 1.0)
 # mrv2-vllm: mrv2 without its one deliberate difference (NaN logits as -inf), vLLM's 4 warps
@@ -218,6 +284,90 @@ SWEEPS: tuple[Sweep, ...] = (
     ),
     _sweep(
         "releases", "Vocab", timeout=3600, max_crashes=1, subject=_RELEASE_SUBJECTS, vocab_size=(32000, 128256, 151936)
+    ),
+    # ---- paths: vLLM's newer sampler paths (docs/paths.md). Ours run the data-only axes and
+    # every path at its default (the baseline of each path); a subject without a path is skipped
+    # there with that reason.
+    _path_sweep(
+        "nightly",
+        "PathsFly",
+        subject=(*OURS, *_PATHS_VLLM_AXIS),
+        retired=_PATHS_RETIRED,
+        mode=("greedy", "standard"),
+        fly_window_size=(0, 2, 4),
+        row_entropy=("low", "mixed", "high"),
+    ),
+    _path_sweep(
+        "nightly",
+        "PathsWatermark",
+        subject=(*OURS, *_PATHS_VLLM_AXIS),
+        retired=_PATHS_RETIRED,
+        mode=("standard",),
+        draft=("logits", "one-hot"),
+        watermark=(False, True),
+    ),
+    _path_sweep(
+        "nightly",
+        "PathsMasked",
+        subject=(*OURS, *_PATHS_VLLM_AXIS),
+        retired=_PATHS_RETIRED,
+        mode=("standard",),
+        masked_vocab_fraction=(0.0, 0.5, 0.9, 0.99),
+        skip_masked_vocab_blocks=(False, True),
+    ),
+    _path_sweep(
+        "nightly",
+        "PathsCache",
+        subject=(*OURS, *_PATHS_VLLM_AXIS),
+        retired=_PATHS_RETIRED,
+        mode=("standard", "block"),
+        draft_cache=("replicated", "sharded"),
+    ),
+    _path_sweep(
+        "nightly",
+        "PathsLogits",
+        subject=(*OURS, *_PATHS_VLLM_AXIS),
+        retired=_PATHS_RETIRED,
+        logits_shape=("gaussian", "heavy-tailed"),
+    ),
+    # Every release at each path on and off: which release has which path, and its latency.
+    _path_sweep(
+        "releases",
+        "PathsFly",
+        timeout=3600,
+        max_crashes=1,
+        subject=_RELEASE_SUBJECTS,
+        mode=("standard",),
+        fly_window_size=(0, 2),
+        row_entropy=("mixed",),
+    ),
+    _path_sweep(
+        "releases",
+        "PathsWatermark",
+        timeout=3600,
+        max_crashes=1,
+        subject=_RELEASE_SUBJECTS,
+        mode=("standard",),
+        watermark=(False, True),
+    ),
+    _path_sweep(
+        "releases",
+        "PathsMasked",
+        timeout=3600,
+        max_crashes=1,
+        subject=_RELEASE_SUBJECTS,
+        mode=("standard",),
+        masked_vocab_fraction=(0.0, 0.9),
+        skip_masked_vocab_blocks=(False, True),
+    ),
+    _path_sweep(
+        "releases",
+        "PathsCache",
+        timeout=3600,
+        max_crashes=1,
+        subject=_RELEASE_SUBJECTS,
+        mode=("standard",),
+        draft_cache=("replicated", "sharded"),
     ),
     # ---- full: the cartesian grid of spec section 8
     _sweep(

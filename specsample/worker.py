@@ -365,10 +365,14 @@ def _exit_reason(code: int) -> str:
 
 
 def _label(point: dict) -> str:
-    from .schema import SYMBOLS
+    from .schema import PATH_DEFAULTS, SYMBOLS
 
     return " ".join(
-        f"{SYMBOLS.get(k, '')}={v}" if k in SYMBOLS and k != "placeholder_pattern" else str(v) for k, v in point.items()
+        f"{SYMBOLS.get(k, '')}={v}"
+        if k in SYMBOLS and k != "placeholder_pattern"
+        else (f"{k}={v}" if k in PATH_DEFAULTS else str(v))
+        for k, v in point.items()
+        if k not in PATH_DEFAULTS or v != PATH_DEFAULTS[k]
     )
 
 
@@ -377,6 +381,8 @@ def _summary(records: dict[str, dict]) -> str:
     for subject, r in records.items():
         if r["status"] == "ok" and "median" in r:
             sem = f", {r['semantics']}" if r.get("semantics") else ""
+            if r.get("deferral_rate") is not None:
+                sem += f", deferral {r['deferral_rate']:.2f}"
             parts.append(f"{subject} {r['median'] * 1e6:.1f} us{sem}")
         elif r["status"] == "ok":
             parts.append(f"{subject} ok")
@@ -440,7 +446,7 @@ def _measure_unit(unit: Unit, options: JobOptions, on_phase, monitor=None) -> di
     for subject, r in results.items():
         if r.status == "ok":
             record = {"status": "ok", **_timing_record(r.timing), "bytes": r.timing.extra["bytes_required"]}
-            record.update(semantics=r.semantics, semantics_detail=r.semantics_detail)
+            record.update(semantics=r.semantics, semantics_detail=r.semantics_detail, **r.extra)
         else:
             record = {"status": r.status, "reason": r.reason}
         records[subject] = record

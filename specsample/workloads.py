@@ -34,7 +34,17 @@ from fractions import Fraction
 
 import torch
 
-from .schema import DRAFTS, MODES, PATTERNS, PLACEHOLDER_TOKEN_ID
+from .schema import (
+    DRAFT_CACHES,
+    DRAFTS,
+    LOGITS_SHAPES,
+    MODES,
+    PATH_AXES,
+    PATH_DEFAULTS,
+    PATTERNS,
+    PLACEHOLDER_TOKEN_ID,
+    ROW_ENTROPIES,
+)
 
 __all__ = [
     "MODES",
@@ -79,6 +89,32 @@ _STREAM_GREEDY_MATCH = 8
 _STREAM_TARGET = 9
 _STREAM_DRAFT_NOISE = 10
 _STREAM_DRAFT_SAMPLE = 11
+_STREAM_ROW_ENTROPY = 12
+_STREAM_VOCAB_MASK = 13
+_STREAM_CONTEXTS = 14
+_STREAM_SHARD_ROWS = 15
+
+# The sampler paths' inputs (docs/paths.md explains each choice).
+# row_entropy: a target row is "high" (top-3 entropy well above FLy's default threshold 0.3) with
+# its top-1 mass drawn from _HIGH_TOP1, or "low" (well below it) from _LOW_TOP1.
+_HIGH_TOP1 = (0.25, 0.45)
+_LOW_TOP1 = (0.97, 0.995)
+_MIXED_HIGH_SHARE = 0.5
+# heavy-tailed: logits sigma * Gumbel, whose exp has a Pareto tail of index 1 / sigma; sigma per
+# row uniform in this range gives a mean entropy near 1.5 nats and a mean top-1 near 0.6 at
+# V = 151936, as measured for chat LLMs.
+_HEAVY_SIGMA = (1.5, 3.0)
+# masked vocabulary: the allowed tokens form this many contiguous ranges per row, as a grammar's
+# token classes do (digits, one keyword's prefixes, ...).
+_MASK_RANGES = 8
+# watermarking: vLLM's default context width, and a fixed 64-bit key.
+WATERMARK_CONTEXT_WIDTH = 4
+WATERMARK_KEY = 0x5EC5A3D1E0C0FFEE
+# FLy: vLLM's defaults for the threshold and the top-k of its entropy.
+FLY_ENTROPY_THRESHOLD = 0.3
+FLY_ENTROPY_TOP_K = 3
+# a sharded draft-logits cache: this many tensor-parallel ranks; the workload is one rank's batch.
+SHARD_RANKS = 2
 
 
 # %%
@@ -149,6 +185,15 @@ class Workload:
     ragged: bool = False
     max_num_reqs: int | None = None
     seed: int = 0
+    # vLLM's newer sampler paths (specsample.schema.PATH_AXES; docs/paths.md). The defaults
+    # build exactly the inputs built before these fields existed.
+    logits_shape: str = "gaussian"
+    row_entropy: str = "natural"
+    masked_vocab_fraction: float = 0.0
+    skip_masked_vocab_blocks: bool = False
+    fly_window_size: int = 0
+    watermark: bool = False
+    draft_cache: str = "replicated"
 
     def __post_init__(self) -> None:
         _check_int("num_reqs", self.num_reqs, low=1)
@@ -170,6 +215,7 @@ class Workload:
         if self.max_num_reqs is not None:
             _check_int("max_num_reqs", self.max_num_reqs, low=self.num_reqs)
         _check_int("seed", self.seed, low=0, high=2**32 - 1)
+        _check_paths(self)
 
     @property
     def name(self) -> str:
@@ -205,7 +251,41 @@ class Workload:
             parts.append(f"M{self.max_num_reqs}")
         if self.seed != 0:
             parts.append(f"s{self.seed}")
+        if self.logits_shape != "gaussian":
+            parts.append(self.logits_shape)
+        if self.row_entropy != "natural":
+            parts.append(f"H{self.row_entropy}")
+        if self.masked_vocab_fraction != 0.0:
+            parts.append(f"mask{self.masked_vocab_fraction:g}")
+        if self.skip_masked_vocab_blocks:
+            parts.append("skipmasked")
+        if self.fly_window_size:
+            parts.append(f"fly{self.fly_window_size}")
+        if self.watermark:
+            parts.append("wm")
+        if self.draft_cache != "replicated":
+            parts.append(f"cache_{self.draft_cache}")
         return "-".join(parts)
+
+
+def _check_paths(w: Workload) -> None:
+    """The path fields, and the combinations vLLM's launcher forbids (it asserts them)."""
+    _check_choice("logits_shape", w.logits_shape, LOGITS_SHAPES)
+    _check_choice("row_entropy", w.row_entropy, ROW_ENTROPIES)
+    _check_unit("masked_vocab_fraction", w.masked_vocab_fraction)
+    if w.masked_vocab_fraction >= 1.0:
+        raise ValueError("masked_vocab_fraction must be below 1: a row needs one token left")
+    for name in ("skip_masked_vocab_blocks", "watermark"):
+        if not isinstance(getattr(w, name), bool):
+            raise ValueError(f"{name} must be a bool, got {getattr(w, name)!r}")
+    _check_int("fly_window_size", w.fly_window_size, low=0)
+    _check_choice("draft_cache", w.draft_cache, DRAFT_CACHES)
+    if w.row_entropy != "natural" and w.logits_shape != "gaussian":
+        raise ValueError("row_entropy sets the top-1 mass of gaussian rows; heavy-tailed rows take it as natural")
+    if w.fly_window_size and w.mode in ("block", "synthetic"):
+        raise ValueError(f"fly_window_size > 0 runs in standard or greedy mode only (vLLM asserts it), not {w.mode!r}")
+    if w.draft_cache == "sharded" and w.draft != "logits":
+        raise ValueError("draft_cache 'sharded' holds draft logits: it needs draft 'logits'")
 
 
 def _check_int(field: str, value, *, low: int, high: int | None = None) -> None:
@@ -362,7 +442,9 @@ def _placeholder_mask(
 # ----------------------------------------------
 
 
-def _peaked_logits(rows: int, V: int, g: torch.Generator, device: torch.device) -> torch.Tensor:
+def _peaked_logits(
+    rows: int, V: int, g: torch.Generator, device: torch.device, top1_override: torch.Tensor | None = None
+) -> torch.Tensor:
     """``[rows, V]`` fp32 raw logits shaped like an LLM's next-token scores.
 
     The bulk is ``N(0, _BULK_SCALE^2)``. ``H = min(4, V - 1)`` distinct head tokens per row are
@@ -385,6 +467,8 @@ def _peaked_logits(rows: int, V: int, g: torch.Generator, device: torch.device) 
         rows, 1, generator=g, device=device
     )
     split = torch.randn(rows, H - 1, generator=g, device=device).softmax(dim=1)
+    if top1_override is not None:  # [rows, 1]; drawn after the stream above, which stays as it was
+        top1 = top1_override
     runners_up = torch.minimum((1 - top1) * share * split, 0.9 * top1)
     head_mass = torch.cat([top1, runners_up], dim=1)  # [rows, H]
     bulk_mass = 1 - head_mass.sum(dim=1, keepdim=True)  # >= (1 - 0.9) * (1 - 0.9) > 0
@@ -393,6 +477,67 @@ def _peaked_logits(rows: int, V: int, g: torch.Generator, device: torch.device) 
     # a negligible part of the bulk's sum).
     head = logits.logsumexp(dim=1, keepdim=True) + head_mass.log() - bulk_mass.log()
     return logits.scatter_(1, ids, head)
+
+
+def _heavy_tailed_logits(rows: int, V: int, g: torch.Generator, device: torch.device) -> torch.Tensor:
+    """``[rows, V]`` fp32 logits ``sigma * Gumbel``: ``exp`` of them has a Pareto tail of index
+    ``1 / sigma``, so the sorted probabilities fall like a power of the rank (Zipf-like), as a
+    language model's do; ``sigma`` per row uniform in ``_HEAVY_SIGMA`` (docs/paths.md)."""
+    sigma = _HEAVY_SIGMA[0] + (_HEAVY_SIGMA[1] - _HEAVY_SIGMA[0]) * torch.rand(rows, 1, generator=g, device=device)
+    u = torch.rand(rows, V, generator=g, device=device).clamp_(min=1e-12, max=1 - 1e-7)
+    return u.log_().neg_().log_().neg_().mul_(sigma)
+
+
+def _row_logits(w: Workload, rows: int, g: torch.Generator, device: torch.device, top1=None) -> torch.Tensor:
+    if w.logits_shape == "heavy-tailed":
+        return _heavy_tailed_logits(rows, w.vocab_size, g, device)
+    return _peaked_logits(rows, w.vocab_size, g, device, top1)
+
+
+def _top1_override(w: Workload, rows: int, device: torch.device) -> torch.Tensor | None:
+    """``[rows, 1]`` top-1 masses for ``row_entropy`` other than "natural", else None."""
+    if w.row_entropy == "natural":
+        return None
+    g = _generator(w, _STREAM_ROW_ENTROPY, torch.device("cpu"))
+    share = {"low": 0.0, "mixed": _MIXED_HIGH_SHARE, "high": 1.0}[w.row_entropy]
+    high = torch.rand(rows, 1, generator=g, dtype=torch.float64) < share
+    u = torch.rand(rows, 1, generator=g, dtype=torch.float64)
+    top1 = torch.where(
+        high, _HIGH_TOP1[0] + (_HIGH_TOP1[1] - _HIGH_TOP1[0]) * u, _LOW_TOP1[0] + (_LOW_TOP1[1] - _LOW_TOP1[0]) * u
+    )
+    return top1.to(device, torch.float32)
+
+
+def vocab_mask(w: Workload, rows: int, device: torch.device, keep: torch.Tensor | None = None) -> torch.Tensor | None:
+    """``[rows, V]`` bool, True where a token is masked to -inf; None without masking.
+
+    Each row allows ``max(1, round((1 - f) V))`` tokens in ``_MASK_RANGES`` contiguous ranges at
+    seeded random places (a grammar mask: token classes are contiguous id ranges), plus the
+    ``keep`` token of each row (``[rows]``, the model's top choice, which a grammar-aware model
+    rarely puts outside the grammar)."""
+    f = w.masked_vocab_fraction
+    if f == 0.0:
+        return None
+    V = w.vocab_size
+    allowed = max(1, math.floor((1 - f) * V + 0.5))
+    n = min(_MASK_RANGES, allowed)
+    g = _generator(w, _STREAM_VOCAB_MASK, torch.device("cpu"))
+    # range lengths: allowed split as evenly as possible; the masked tokens split at random
+    # into the n + 1 gaps before, between and after the ranges.
+    lengths = torch.full((rows, n), allowed // n, dtype=torch.int64)
+    lengths[:, : allowed % n] += 1
+    cuts = torch.randint(0, V - allowed + 1, (rows, n), generator=g).sort(dim=1).values
+    gaps = torch.diff(cuts, dim=1, prepend=torch.zeros(rows, 1, dtype=torch.int64))
+    starts = torch.cumsum(gaps, 1) + torch.cumsum(lengths, 1) - lengths
+    ends = starts + lengths
+    delta = torch.zeros(rows, V + 1, dtype=torch.int32)
+    delta.scatter_add_(1, starts, torch.ones_like(starts, dtype=torch.int32))
+    delta.scatter_add_(1, ends, torch.full_like(ends, -1, dtype=torch.int32))
+    masked = delta.cumsum(1)[:, :V] == 0
+    masked = masked.to(device)
+    if keep is not None:
+        masked[torch.arange(rows, device=device), keep] = False
+    return masked
 
 
 def _build_logits_and_drafts(w: Workload, lay: _Layout, device: torch.device):
@@ -414,7 +559,10 @@ def _build_logits_and_drafts(w: Workload, lay: _Layout, device: torch.device):
     draft_temp = req_temp.repeat_interleave(K)[:, None]  # [R*K, 1]
 
     # Target: post-temperature, as the sampler receives it.
-    raw = _peaked_logits(int(cu[-1]), V, _generator(w, _STREAM_TARGET, device), device)
+    N = int(cu[-1])
+    raw = _row_logits(w, N, _generator(w, _STREAM_TARGET, device), device, _top1_override(w, N, device))
+    if w.masked_vocab_fraction:
+        raw.masked_fill_(vocab_mask(w, N, device, keep=raw.argmax(dim=1)), -math.inf)
     target_logits = raw.div_(row_temp[:, None]).to(w.target_dtype)
     del raw
 
@@ -427,7 +575,7 @@ def _build_logits_and_drafts(w: Workload, lay: _Layout, device: torch.device):
     argmax = tested_rows.argmax(dim=1)  # first maximum, as the greedy sampler takes it
     log_p = tested_rows.float().log_softmax(dim=1)
     del tested_rows
-    noise = _peaked_logits(R * K, V, _generator(w, _STREAM_DRAFT_NOISE, device), device)
+    noise = _row_logits(w, R * K, _generator(w, _STREAM_DRAFT_NOISE, device), device)
     log_q = torch.logaddexp(log_p.add_(log_a), noise.div(draft_temp).log_softmax(dim=1).add_(log_1ma))
     draft_rows = log_q.mul_(draft_temp).to(w.draft_dtype)
     del log_q
@@ -524,7 +672,7 @@ def make_inputs(w: Workload, device: str | torch.device = "cpu") -> dict:
         rates = rates.to(device)
 
     idx_mapping = lay.idx_mapping.to(device)
-    return {
+    inputs = {
         "target_logits": target_logits,  # [N, V]
         "draft_logits": draft_logits,  # [max_num_reqs, K, V] or None
         "draft_sampled": draft_sampled.to(torch.int64),  # [N]
@@ -540,6 +688,86 @@ def make_inputs(w: Workload, device: str | torch.device = "cpu") -> dict:
         "use_fp64": False,
         "use_block_verification": w.mode == "block",
     }
+    inputs.update(path_inputs(w, lay, inputs, device))
+    return inputs
+
+
+# The input names path_inputs may add (none of them is an argument of specsample's samplers).
+PATH_INPUT_NAMES = (
+    "fly_window_size",
+    "fly_entropy_threshold",
+    "fly_entropy_top_k",
+    "contexts",
+    "watermarking",
+    "watermark_key",
+    "skip_masked_vocab_blocks",
+    "draft_logits_cache_values",
+    "draft_logits_row_mapping",
+)
+
+
+def base_inputs(inputs: dict) -> dict:
+    """``inputs`` less the path inputs: the arguments every MRV2 launcher takes."""
+    return {k: v for k, v in inputs.items() if k not in PATH_INPUT_NAMES}
+
+
+def path_inputs(w: Workload, lay: _Layout, inputs: dict, device: torch.device) -> dict:
+    """The keyword arguments of the sampler paths ``w`` turns on (none at the defaults):
+
+    - FLy: ``fly_window_size``, ``fly_entropy_threshold``, ``fly_entropy_top_k`` (vLLM's defaults);
+    - watermarking: ``contexts`` ``[N, 4]`` int64 (each row's previous 4 tokens: a seeded history
+      before the anchor, then the anchor and the drafts, -1 placeholders included, as vLLM's
+      request state holds them), ``watermarking`` ``[max_num_reqs]`` bool (every request),
+      ``watermark_key``;
+    - ``skip_masked_vocab_blocks``: True;
+    - a sharded draft-logits cache: ``draft_logits_cache_values`` ``[R, K, V]`` (this rank's
+      rows, requests at seeded rows) and ``draft_logits_row_mapping`` ``[max_num_reqs]`` int32
+      (a request's row, -1 for the other ranks' slots). ``draft_logits`` stays the slot-indexed
+      tensor, which the subjects without a cache read.
+    """
+    out: dict = {}
+    if w.fly_window_size:
+        out.update(
+            fly_window_size=w.fly_window_size,
+            fly_entropy_threshold=FLY_ENTROPY_THRESHOLD,
+            fly_entropy_top_k=FLY_ENTROPY_TOP_K,
+        )
+    if w.watermark:
+        out.update(
+            contexts=_contexts(w, lay, inputs["draft_sampled"]).to(device),
+            watermarking=torch.ones(lay.temperature.numel(), dtype=torch.bool, device=device),
+            watermark_key=WATERMARK_KEY,
+        )
+    if w.skip_masked_vocab_blocks:
+        out["skip_masked_vocab_blocks"] = True
+    if w.draft_cache == "sharded":
+        R = w.num_reqs
+        g = _generator(w, _STREAM_SHARD_ROWS, torch.device("cpu"))
+        rows = torch.randperm(R, generator=g)  # request b's row in this rank's cache
+        mapping = torch.full((lay.temperature.numel(),), -1, dtype=torch.int32)
+        mapping[lay.idx_mapping] = rows.to(torch.int32)
+        values = torch.empty(R, *inputs["draft_logits"].shape[1:], dtype=w.draft_dtype, device=device)
+        values[rows.to(device)] = inputs["draft_logits"][lay.idx_mapping.to(device)]
+        out.update(draft_logits_cache_values=values, draft_logits_row_mapping=mapping.to(device))
+    return out
+
+
+def _contexts(w: Workload, lay: _Layout, draft_sampled: torch.Tensor) -> torch.Tensor:
+    """``[N, WATERMARK_CONTEXT_WIDTH]`` int64: the tokens before each row's position."""
+    C = WATERMARK_CONTEXT_WIDTH
+    R = w.num_reqs
+    g = _generator(w, _STREAM_CONTEXTS, torch.device("cpu"))
+    history = torch.randint(0, w.vocab_size, (R, C), generator=g)
+    tokens = draft_sampled.cpu()
+    cu = lay.cu_num_logits
+    req_of_row = torch.repeat_interleave(torch.arange(R), lay.num_drafts + 1)
+    local = torch.arange(int(cu[-1])) - cu[:-1][req_of_row]
+    # entry k of row (r, j) is the token at local position j - C + k: a draft row when >= 0
+    # (the anchor at 0), else history[r, C + (j - C + k)].
+    at = local[:, None] - C + torch.arange(C)[None, :]
+    from_rows = tokens[(cu[:-1][req_of_row][:, None] + at.clamp(min=0))]
+    from_history = history[req_of_row[:, None], (C + at).clamp(min=0, max=C - 1)]
+    return torch.where(at >= 0, from_rows, from_history).to(torch.int64)
 
 
 def bytes_required(w: Workload) -> int:
@@ -605,10 +833,20 @@ def bytes_required(w: Workload) -> int:
 
 
 def workload_of(point: dict) -> Workload:
-    """The workload of a canonical point (:data:`specsample.schema.POINT_AXES`; seed 0 and the
-    builder's defaults for everything a point does not name). Axes other than the workload's
+    """The workload of a canonical point (:data:`specsample.schema.POINT_AXES`, and the
+    :data:`~specsample.schema.PATH_AXES` it names, each other path axis at its
+    :data:`~specsample.schema.PATH_DEFAULTS` value; seed 0 and the builder's defaults for
+    everything else). Axes other than the workload's
     own (``subject``, ``stage``) are ignored."""
+    paths = {axis: point.get(axis, PATH_DEFAULTS[axis]) for axis in PATH_AXES}
     return Workload(
+        logits_shape=str(paths["logits_shape"]),
+        row_entropy=str(paths["row_entropy"]),
+        masked_vocab_fraction=float(paths["masked_vocab_fraction"]),
+        skip_masked_vocab_blocks=bool(paths["skip_masked_vocab_blocks"]),
+        fly_window_size=int(paths["fly_window_size"]),
+        watermark=bool(paths["watermark"]),
+        draft_cache=str(paths["draft_cache"]),
         num_reqs=int(point["num_reqs"]),
         num_speculative_steps=int(point["num_speculative_steps"]),
         vocab_size=int(point["vocab_size"]),

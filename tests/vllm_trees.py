@@ -95,7 +95,7 @@ def cache_row(req_state_idx):
 
 
 def check_rows(values, row_mapping):
-    assert row_mapping is None and row_count(values) == values.shape[0]
+    assert row_count(values) == values.shape[0] and (row_mapping is None or row_mapping.ndim == 1)
 
 
 class DraftCache:
@@ -118,7 +118,31 @@ _SIGNATURES = {
     "no-block": "use_fp64=False",
     # an argument specsample cannot fill
     "unfillable": "use_fp64=False, use_block_verification=False, *, contexts",
+    # 0.30.0's shape: watermarking
+    "watermark": "use_fp64=False, use_block_verification=False, contexts=None, watermarking=None, watermark_key=None",
+    # 0.33.0's shape: watermarking with a skip mask, and FLy
+    "fly": (
+        "use_fp64=False, use_block_verification=False, contexts=None, watermarking=None, "
+        "watermarking_skip_mask=None, watermark_key=None, fly_window_size=0, fly_entropy_threshold=0.3, "
+        "fly_entropy_top_k=3"
+    ),
+    # 0.34.0's shape (with cache=True): and masked-block skipping
+    "paths": (
+        "use_fp64=False, use_block_verification=False, contexts=None, watermarking=None, "
+        "watermarking_skip_mask=None, watermark_key=None, fly_window_size=0, fly_entropy_threshold=0.3, "
+        "fly_entropy_top_k=3, skip_masked_vocab_blocks=False"
+    ),
 }
+# What a launcher with path arguments received at its last call (read by the tests).
+_PATH_ARGS = (
+    "contexts",
+    "watermarking",
+    "watermark_key",
+    "fly_window_size",
+    "fly_entropy_threshold",
+    "fly_entropy_top_k",
+    "skip_masked_vocab_blocks",
+)
 
 
 def launcher_source(
@@ -127,7 +151,8 @@ def launcher_source(
     """The generated rejection_sampler_utils.py. ``misbehave``: "" (correct), "exit" (the
     process dies when any draft is -1), "hang" (sleeps forever when any draft is -1),
     "raise-on-import", "missing-module" (imports a vllm module the tree lacks), "bad-shim" (takes
-    a name the shim does not provide). ``marker`` is returned in ``MARKER``, to tell two loaded
+    a name the shim does not provide), "fly-no-entropy" (FLy defers without its entropy gate),
+    "watermark-unstable" (watermarked draws change from call to call). ``marker`` is returned in ``MARKER``, to tell two loaded
     versions apart."""
     imports = [
         "import os",
@@ -144,8 +169,11 @@ def launcher_source(
         imports.append("from vllm.v1.worker.gpu.sample.not_there import nothing")
     if misbehave == "bad-shim":
         imports.append("from vllm.triton_utils import gluon")
+    path_args = [a for a in _PATH_ARGS if f"{a}=" in _SIGNATURES[signature]]
     body = f"""
 MARKER = {marker}
+RECEIVED = {{}}
+CALLS = [0]
 if {misbehave == "raise-on-import"!r}:
     raise RuntimeError("this release cannot be imported")
 
@@ -160,11 +188,20 @@ def rejection_sample(target_logits, {"draft_logits_cache: DraftCache | None" if 
         from specsample.reference.batched import rejection_sample as reference
         assert noise_stream()
 
+    RECEIVED.clear()
+    RECEIVED.update({{name: value for name, value in locals().items() if name in {path_args!r}}})
+    CALLS[0] += 1
     if {cache!r}:
         draft_logits = None
         if draft_logits_cache is not None:
             check_rows(draft_logits_cache.values, draft_logits_cache.row_mapping)
+            RECEIVED["row_mapping"] = draft_logits_cache.row_mapping
             draft_logits = draft_logits_cache.values
+            if draft_logits_cache.row_mapping is not None:
+                # one rank's rows: back to request-slot order for the reference
+                rows = draft_logits_cache.row_mapping.long()
+                draft_logits = draft_logits.new_zeros(rows.numel(), *draft_logits.shape[1:])
+                draft_logits[rows >= 0] = draft_logits_cache.values[rows[rows >= 0]]
         if {misbehave == "left-out"!r}:
             globals()["DraftCache"](4)  # reaches the left-out runtime in a way no import shows
 
@@ -179,6 +216,31 @@ def rejection_sample(target_logits, {"draft_logits_cache: DraftCache | None" if 
     sampled, num_sampled = reference(target_logits, draft_logits, draft_sampled, cu_num_logits, pos,
                                      idx_mapping, expanded_idx_mapping, expanded_local_pos, temperature,
                                      seed, num_speculative_steps, **kwargs)
+    fly = locals().get("fly_window_size", 0)
+    if fly:
+        # FLy: the accepted prefix by FLy's rules ("fly-no-entropy": deferring wherever it fits,
+        # the entropy gate ignored, a planted violation)
+        from specsample.reference.fly import fly_outcomes, fly_prefix
+
+        inputs = dict(target_logits=target_logits, draft_logits=draft_logits, draft_sampled=draft_sampled,
+                      cu_num_logits=cu_num_logits, pos=pos, idx_mapping=idx_mapping, temperature=temperature,
+                      seed=seed)
+        cu = cu_num_logits.tolist()
+        for r, o in enumerate(fly_outcomes(inputs, fly, fly_entropy_threshold, fly_entropy_top_k)):
+            tau = o.tau
+            if {misbehave == "fly-no-entropy"!r}:
+                drafts = draft_sampled[cu[r] + 1 : cu[r + 1]].tolist()
+                tau, _ = fly_prefix(list(o.native), [d >= 0 for d in drafts], [True] * len(drafts), fly)
+            sampled[r, :tau] = draft_sampled[cu[r] + 1 : cu[r] + 1 + tau]
+            sampled[r, tau] = 0
+            num_sampled[r] = tau + 1
+    if locals().get("contexts") is not None:
+        # watermarking: the last token moves by a function of the key ("watermark-unstable": and
+        # of the call count, a planted violation)
+        last = (num_sampled.long() - 1, )
+        rows = torch.arange(num_sampled.numel())
+        shift = watermark_key % 7 + 1 + ({misbehave == "watermark-unstable"!r} and CALLS[0])
+        sampled[rows, last[0]] = (sampled[rows, last[0]] + shift) % target_logits.shape[1]
     return copy(sampled.contiguous(), torch.empty_like(sampled)), num_sampled
 """
     return "\n".join(imports) + "\n" + textwrap.dedent(body)

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ..schema import paths_of
 from ..workloads import Workload, make_inputs
 
 
@@ -57,6 +58,11 @@ class Capabilities:
     # Draft logits at a temperature other than 1: False where the subject's convention (draft
     # logits before or after the temperature) is not known, so they would not mean the same.
     tempered_draft_logits: bool = True
+    # The sampler paths of specsample.schema.PATHS the subject has (vLLM's FLy, watermarking,
+    # masked-block skipping, a sharded draft-logits cache). A workload that turns on a path the
+    # subject lacks is skipped with that reason, never run as another path. The data-only path
+    # axes (logits shape, row entropy, masked vocabulary) need nothing of a subject.
+    paths: tuple[str, ...] = ()
 
 
 @dataclass
@@ -99,6 +105,10 @@ class Subject:
             return f"{self.name} needs every request to have K drafts"
         if w.greedy_fraction not in (0.0, 1.0) and not c.mixed_temperature:
             return f"{self.name} does not support mixed temperatures in one batch"
+        missing = [p for p in paths_of(w.__dict__) if p not in c.paths]
+        if missing:
+            has = ", ".join(c.paths) if c.paths else "none"
+            return f"{self.name} has no {' or '.join(missing)} path (its paths: {has})"
         if w.draft == "logits" and w.temperature != 1.0 and w.mode != "greedy" and not c.tempered_draft_logits:
             return (
                 f"{self.name}: its draft-logits temperature convention is not known, so it runs "

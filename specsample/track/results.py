@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..schema import AXES, axis_name
+from ..schema import AXES, PATH_AXES, PATH_DEFAULTS, axis_name
 from ..schema import TIERS as SCHEMA_TIERS
 
 logger = logging.getLogger(__name__)
@@ -70,6 +70,15 @@ COLUMNS: dict[str, str] = {
     "placeholder_density": "float64",  # phi (asv parameter "phi")
     "placeholder_pattern": "str",  # "trailing" | "random" | "all" (asv parameter "pattern")
     "stage": "str",
+    # vLLM's newer sampler paths (specsample.schema.PATH_AXES): a row of a sweep that does not
+    # vary one (every result older than these axes) holds its default, PATH_DEFAULTS.
+    "logits_shape": "str",
+    "row_entropy": "str",
+    "masked_vocab_fraction": "float64",
+    "skip_masked_vocab_blocks": "boolean",
+    "fly_window_size": "Int64",
+    "watermark": "boolean",
+    "draft_cache": "str",
     "value": "float64",  # median of the samples for time_*, the returned number for track_*
     "ci_lo": "float64",  # asv's 99% confidence interval of the median (time_* only)
     "ci_hi": "float64",
@@ -84,11 +93,15 @@ COLUMNS: dict[str, str] = {
     "capped": "boolean",  # sampling stopped on the time cap before reaching its noise target
     "n_throttled": "Int64",  # samples left out: taken while the GPU was throttled
     "sm_clock_mhz": "float64",  # median SM clock over the kept samples
+    # From the output check at the point (outcomes): accepted drafts over valid drafts, and
+    # drafts accepted by a confirmed FLy deferral over valid drafts (FLy points only).
+    "acceptance_rate": "float64",
+    "deferral_rate": "float64",
 }
 
 # The parameter axes of the suite under their canonical names (specsample.schema.AXES); asv's
 # parameter names are mapped to them here, on loading (specsample.schema.axis_name).
-PARAM_COLUMNS: tuple[str, ...] = AXES
+PARAM_COLUMNS: tuple[str, ...] = (*AXES, *PATH_AXES)
 ENV_COLUMNS: tuple[str, ...] = ("gpu", "driver", "cuda", "torch", "triton")
 # Class-name prefixes (specsample.schema.TIERS, capitalised) and the metric-family suffixes the
 # suite's class factory appends (benchmarks/common.py: make_classes). Both are stripped so that
@@ -392,6 +405,8 @@ def _load_outcomes(machine_dir: Path, problems: list[Problem]) -> list[dict]:
                         "o_reason": record.get("reason"),
                         "o_n_throttled": record.get("n_throttled"),
                         "o_sm_clock_mhz": record.get("sm_clock_mhz"),
+                        "o_acceptance_rate": record.get("acceptance_rate"),
+                        "o_deferral_rate": record.get("deferral_rate"),
                     }
                 )
         except (_Skip, KeyError, TypeError, AttributeError) as exc:
@@ -399,7 +414,7 @@ def _load_outcomes(machine_dir: Path, problems: list[Problem]) -> list[dict]:
     return rows
 
 
-_OUTCOME_KEY = ("machine", "sha8", "tier", "sweep", *(a for a in AXES if a != "stage"))
+_OUTCOME_KEY = ("machine", "sha8", "tier", "sweep", *(a for a in AXES if a != "stage"), *PATH_AXES)
 
 
 def apply_outcomes(frame: pd.DataFrame, outcomes: list[dict]) -> pd.DataFrame:
@@ -407,7 +422,7 @@ def apply_outcomes(frame: pd.DataFrame, outcomes: list[dict]) -> pd.DataFrame:
     ``crashed`` where asv recorded a failure and the run recorded a crash."""
     if frame.empty or not outcomes:
         return frame
-    found = pd.DataFrame(outcomes).drop_duplicates(list(_OUTCOME_KEY), keep="last")
+    found = with_path_defaults(pd.DataFrame(outcomes)).drop_duplicates(list(_OUTCOME_KEY), keep="last")
     keyed = frame.assign(sha8=frame["commit"].str[:8])
     for column in _OUTCOME_KEY:
         if column in found and column in keyed:
@@ -422,6 +437,20 @@ def apply_outcomes(frame: pd.DataFrame, outcomes: list[dict]) -> pd.DataFrame:
     frame["reason"] = _as_dtype(merged["o_reason"], "str").array
     for column in ("n_throttled", "sm_clock_mhz"):  # the GPU state, where the run recorded it
         frame[column] = _as_dtype(merged[f"o_{column}"], COLUMNS[column]).array
+    for column in ("acceptance_rate", "deferral_rate"):
+        if f"o_{column}" in merged:
+            frame[column] = _as_dtype(merged[f"o_{column}"], "float64").array
+    return frame
+
+
+def with_path_defaults(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` with every path axis (:data:`specsample.schema.PATH_AXES`) present, missing
+    values at their defaults: results recorded before the axes existed were measured there."""
+    for axis in PATH_AXES:
+        if axis not in frame:
+            frame[axis] = PATH_DEFAULTS[axis]
+        elif frame[axis].isna().any():
+            frame[axis] = frame[axis].astype(object).where(frame[axis].notna(), PATH_DEFAULTS[axis])
     return frame
 
 
@@ -547,7 +576,7 @@ def to_frame(rows: list[dict]) -> pd.DataFrame:
     """Rows (dicts keyed by :data:`COLUMNS`) to a frame with the declared column order and
     dtypes, extras after them, sorted by machine, date, benchmark. Also used by
     :mod:`specsample.paired`, whose rows come from a measurement rather than asv's files."""
-    raw = pd.DataFrame(rows)
+    raw = with_path_defaults(pd.DataFrame(rows)) if rows else pd.DataFrame(rows)
     extras = [c for c in raw.columns if c not in COLUMNS]
     frame = pd.DataFrame(index=raw.index)
     for column, dtype in COLUMNS.items():
@@ -566,7 +595,7 @@ def _as_dtype(series: pd.Series, dtype: str) -> pd.Series:
     if dtype.startswith("datetime64"):
         return pd.to_datetime(series, utc=True).astype(dtype)
     if dtype == "boolean":
-        return series.map(lambda v: None if _is_missing(v) else bool(v)).astype(dtype)
+        return series.map(lambda v: None if _is_missing(v) else v in (True, "True", "true", 1)).astype(dtype)
     if dtype in ("Int64", "float64"):
         # A repr that is not a number (a "None" param) becomes missing rather than an error.
         numeric = pd.to_numeric(series, errors="coerce")
@@ -645,7 +674,7 @@ def _regressions_frame(rows: list[dict]) -> pd.DataFrame:
     dtypes = {c: "str" for c in head}
     dtypes.update({c: COLUMNS[c] for c in PARAM_COLUMNS})
     dtypes.update(_REGRESSION_VALUE_COLUMNS)
-    raw = pd.DataFrame(rows)
+    raw = with_path_defaults(pd.DataFrame(rows)) if rows else pd.DataFrame(rows)
     frame = pd.DataFrame(index=raw.index)
     for column, dtype in dtypes.items():
         source = raw[column] if column in raw else pd.Series([None] * len(raw), dtype=object)

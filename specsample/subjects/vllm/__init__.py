@@ -60,8 +60,9 @@ def subject(name: SubjectName) -> Subject:
 
     def prepare(inputs: dict) -> PreparedCall:
         from ...validation import check_inputs
+        from ...workloads import base_inputs
 
-        check_inputs(**inputs)  # once here: the timed call is vLLM's launcher alone
+        check_inputs(**base_inputs(inputs))  # once here: the timed call is vLLM's launcher alone
         call = ActiveCall(functools.partial(launcher, **adapter.arguments(inputs)), namespace.active)
         return PreparedCall(call, identity)
 

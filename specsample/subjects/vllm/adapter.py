@@ -5,16 +5,21 @@ launcher as it stands after PR #50939. Versions differ:
 
 - 0.22.0 to 0.24.0 have no ``use_block_verification``: block mode is skipped there, with that
   reason, and never run as standard mode;
-- later versions add arguments with defaults (watermarking, FLy): they are left at their
-  defaults, i.e. off;
+- later versions add the sampler paths of :data:`PATH_ARGUMENTS` (watermarking from 0.30.0,
+  FLy from 0.33.0, masked-block skipping from 0.34.0): a version has a path where its signature
+  takes every argument of it, and gets them only where the workload turns that path on
+  (:func:`specsample.workloads.path_inputs`); a workload that turns on a path the version lacks
+  is skipped (:attr:`Capabilities.paths`), never run without it. Any other argument with a
+  default is left at it;
 - an argument without a default that specsample does not know cannot be filled: the version
   cannot be adapted, a :class:`~specsample.subjects.SubjectError` that names the argument;
 - the draft logits come as ``draft_logits``, a tensor ``[max_num_reqs, K, V]`` with one row per
   request state, or (0.34.0 on) as ``draft_logits_cache``, an object whose ``values`` is that
   tensor and whose ``row_mapping`` maps request states to rows for a cache sharded over
-  tensor-parallel ranks, ``None`` when it is replicated (rows are request states). One GPU
-  means a replicated cache: :class:`DraftLogitsCache` holds the same tensor, so both layouts
-  read the same bytes.
+  tensor-parallel ranks, ``None`` when it is replicated (rows are request states). By default
+  the cache is replicated: :class:`DraftLogitsCache` holds the same tensor, so both layouts
+  read the same bytes; a workload with ``draft_cache="sharded"`` passes one rank's rows and
+  their mapping (the ``sharded_draft_cache`` path, which only versions with the cache have).
 
 The adapter does not know which temperature convention a version's draft logits follow (before
 or after PR #50910 they were expected after or before dividing by T), so draft logits run at
@@ -49,14 +54,26 @@ OPTIONAL = {
     "use_fp64": None,
 }
 
+# The arguments of each sampler path (specsample.schema.PATHS): a version has the path where it
+# takes all of them.
+PATH_ARGUMENTS = {
+    "fly": ("fly_window_size", "fly_entropy_threshold", "fly_entropy_top_k"),
+    "watermark": ("contexts", "watermarking", "watermark_key"),
+    "skip_masked_vocab_blocks": ("skip_masked_vocab_blocks",),
+    "sharded_draft_cache": ("draft_logits_cache",),
+}
+# specsample's own input names of a sharded cache (specsample.workloads.path_inputs).
+SHARDED_INPUTS = ("draft_logits_cache_values", "draft_logits_row_mapping")
+
 
 @dataclass(frozen=True)
 class DraftLogitsCache:
-    """What 0.34.0's ``draft_logits_cache`` reads: ``values`` [max_num_reqs, K, V], rows by
-    request state (a cache replicated on every rank, ``row_mapping`` None)."""
+    """What 0.34.0's ``draft_logits_cache`` reads: ``values`` [rows, K, V] and ``row_mapping``
+    [max_num_reqs] int32 (a request state's row, -1 where another rank holds it), or None for a
+    cache replicated on every rank, whose rows are request states."""
 
     values: object  # torch.Tensor
-    row_mapping: None = None
+    row_mapping: object = None  # torch.Tensor or None
 
 
 @dataclass(frozen=True)
@@ -70,12 +87,24 @@ class Adapter:
     def arguments(self, inputs: dict) -> dict:
         """The keyword arguments for this version, from specsample's ``inputs``."""
         args = {k: v for k, v in inputs.items() if k in self.takes}
+        sharded = inputs.get("draft_logits_row_mapping") is not None
         if "draft_logits_cache" in self.takes:
             draft = inputs["draft_logits"]
-            args["draft_logits_cache"] = None if draft is None else DraftLogitsCache(draft)
+            if sharded:
+                args["draft_logits_cache"] = DraftLogitsCache(
+                    inputs["draft_logits_cache_values"], inputs["draft_logits_row_mapping"]
+                )
+            else:
+                args["draft_logits_cache"] = None if draft is None else DraftLogitsCache(draft)
+        elif sharded:
+            raise ValueError("this version has no draft_logits_cache, but the inputs shard the draft logits")
         for name in OPTIONAL:
             if name not in self.takes and inputs.get(name) not in (None, False):
                 raise ValueError(f"this version takes no {name}, but the inputs set it")
+        for path, names in PATH_ARGUMENTS.items():
+            for name in names:
+                if name not in self.takes and name in inputs:
+                    raise ValueError(f"this version has no {path} path ({name}), but the inputs set it")
         return args
 
 
@@ -95,7 +124,8 @@ def adapt(fn, label: str) -> Adapter:
             f"{label}: rejection_sample takes no {', '.join(missing)}: its signature cannot "
             f"be adapted (it takes {', '.join(params)})"
         )
-    known = {*REQUIRED, *DRAFT_LOGITS, *OPTIONAL}
+    paths = tuple(p for p, names in PATH_ARGUMENTS.items() if all(n in params for n in names))
+    known = {*REQUIRED, *DRAFT_LOGITS, *OPTIONAL, *(n for p in paths for n in PATH_ARGUMENTS[p])}
     unfillable = [
         n for n, p in params.items() if n not in known and p.default is p.empty and p.kind not in (p.VAR_KEYWORD,)
     ]
@@ -109,6 +139,6 @@ def adapt(fn, label: str) -> Adapter:
         if mode and name in params:
             modes.append(mode)
     order = ("greedy", "standard", "block", "synthetic")
-    caps = Capabilities(modes=tuple(m for m in order if m in modes), tempered_draft_logits=False)
+    caps = Capabilities(modes=tuple(m for m in order if m in modes), tempered_draft_logits=False, paths=paths)
     ignored = tuple(n for n in params if n not in known and params[n].kind is not params[n].VAR_KEYWORD)
     return Adapter(frozenset(n for n in params if n in known), caps, ignored)

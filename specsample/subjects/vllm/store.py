@@ -256,7 +256,11 @@ def index_releases() -> list[str]:
     from ...schema import release_key
 
     proc = subprocess.run(
-        [sys.executable, "-m", "pip", "index", "versions", "vllm"], capture_output=True, text=True, timeout=300
+        # a box without a network answers in seconds, not after pip's default retries
+        [sys.executable, "-m", "pip", "index", "versions", "vllm", "--timeout", "15", "--retries", "1"],
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     found = parse_index_versions(proc.stdout)
     if proc.returncode != 0 or found is None:

@@ -46,7 +46,7 @@ import numpy as np
 import pandas as pd
 
 from ... import tiers, worker
-from ...schema import OUR_SUBJECTS, POINT_AXES, parse_subject
+from ...schema import OUR_SUBJECTS, PATH_AXES, PATH_DEFAULTS, POINT_AXES, parse_subject
 from ..results import machine_environment, to_frame
 from . import report, stats
 
@@ -99,16 +99,16 @@ def points(
     chosen = [(s, p) for s in sampler_sweeps for p in s.points()]
     selections = [("subject", subjects)] if subjects else []
     for axis, values in selections + list(dict(only or {}).items()):
-        if axis not in POINT_AXES:
-            raise SignoffError(f"axis: expected one of {', '.join(POINT_AXES)}, got {axis!r}")
-        present = sorted({p[axis] for _, p in chosen}, key=str)
+        if axis not in (*POINT_AXES, *PATH_AXES):
+            raise SignoffError(f"axis: expected one of {', '.join((*POINT_AXES, *PATH_AXES))}, got {axis!r}")
+        present = sorted({p.get(axis, PATH_DEFAULTS.get(axis)) for _, p in chosen}, key=str)
         unknown = [v for v in values if v not in present]
         if unknown:
             raise SignoffError(
                 f"{axis}: {', '.join(map(str, unknown))} not measured by the selected sweeps of "
                 f"tier {tier!r}; they measure {', '.join(map(str, present))}"
             )
-        chosen = [(s, p) for s, p in chosen if p[axis] in set(values)]
+        chosen = [(s, p) for s, p in chosen if p.get(axis, PATH_DEFAULTS.get(axis)) in set(values)]
     return chosen
 
 
@@ -235,6 +235,8 @@ def _row(
         "metric": METRIC,
         "unit": "seconds",
         **{k: point.get(k) for k in POINT_AXES},
+        # The path axes: a sweep without one was measured at its default.
+        **{k: point.get(k, PATH_DEFAULTS[k]) for k in PATH_AXES},
         # Our package at a commit: the tier's subject name (the commit column says which code).
         "subject": point["subject"] if side.commit else subject,
         "stage": point.get("stage"),
@@ -245,6 +247,8 @@ def _row(
         "capped": record.get("capped"),
         "n_throttled": record.get("n_throttled"),
         "sm_clock_mhz": (record.get("gpu_state") or {}).get("sm_clock_mhz"),
+        "acceptance_rate": record.get("acceptance_rate"),
+        "deferral_rate": record.get("deferral_rate"),
     }
     if samples:
         arr = np.asarray(samples)

@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from ...schema import SYMBOLS
+from ...schema import PATH_DEFAULTS
 from ..results import PARAM_COLUMNS
 from . import stats
 
@@ -385,6 +386,11 @@ def point_label(point) -> str:
     parts = []
     for column in PARAM_COLUMNS:
         value = get(column, None)
+        if column in PATH_DEFAULTS:
+            # a path axis is named only off its default
+            if _present(value) and value != PATH_DEFAULTS[column]:
+                parts.append(f"{column}={value}")
+            continue
         if _present(value):
             parts.append(f"{_PARAM_LABELS[column]}={value}" if column in _PARAM_LABELS else str(value))
     return " ".join(parts)

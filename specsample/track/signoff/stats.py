@@ -60,6 +60,7 @@ from scipy import stats as scipy_stats
 
 from ...noise import median_ci
 from ...schema import BANDWIDTH_METRIC, SEMANTICS
+from ...schema import PATH_AXES
 from ..results import COLUMNS, PARAM_COLUMNS
 
 # ---------------------------------------------------------------------------------------------
@@ -255,7 +256,9 @@ def compare_variants(
 def default_key(base: pd.DataFrame, head: pd.DataFrame) -> list[str]:
     """machine, benchmark, the known parameter columns, then extra parameter axes in both."""
     extras = [c for c in base.columns if c not in COLUMNS and c in head.columns]
-    return ["machine", "benchmark", *PARAM_COLUMNS, *extras]
+    # the path axes where both frames have them (a frame built before them has none)
+    params = [c for c in PARAM_COLUMNS if c not in PATH_AXES or (c in base.columns and c in head.columns)]
+    return ["machine", "benchmark", *params, *extras]
 
 
 def newest_commit_with(df: pd.DataFrame, subjects: Collection[str]) -> str | None:
