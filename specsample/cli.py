@@ -319,7 +319,7 @@ def _results_dir(args: argparse.Namespace, repo: Path, interpret: bool) -> Path:
 
 def cmd_bench(args: argparse.Namespace) -> int:
     _set_gpus(args)
-    from .track.asv_runs import RunError, run_lock, run_tier, worktree
+    from .runs.asv import RunError, run_lock, run_tier, worktree
 
     _set_vllm_repo(args)
     interpret = _tier_needs(args.tier, "specsample bench")
@@ -354,7 +354,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 def cmd_backfill(args: argparse.Namespace) -> int:
     _set_gpus(args)
-    from .track.asv_runs import RunError, backfill, run_lock, run_tier
+    from .runs.asv import RunError, backfill, run_lock, run_tier
 
     _set_vllm_repo(args)
     releases = [r for r in args.revs if r.startswith("vllm")]
@@ -419,7 +419,7 @@ def _discover_releases() -> list[str]:
 
 def cmd_nightly(args: argparse.Namespace) -> int:
     _set_gpus(args)
-    from .track.asv_runs import RunError, publish, run_lock, run_tier
+    from .runs.asv import RunError, publish, run_lock, run_tier
 
     _set_vllm_repo(args)
     _require_gpu("specsample nightly")
@@ -520,6 +520,7 @@ def cmd_regressions(args: argparse.Namespace) -> int:
 
 
 def cmd_signoff(args: argparse.Namespace) -> int:
+    from .runs import paired
     from .track import signoff
 
     _set_vllm_repo(args)
@@ -557,16 +558,16 @@ def cmd_signoff(args: argparse.Namespace) -> int:
                 )
             base, head = (_as_ref_subject(x, args.vllm_repo) for x in (args.base, args.head))
             for name in (base, head):
-                signoff.paired.check_subject(name)
+                paired.check_subject(name)
             where = _signoff_device(args, tier)
-            result = signoff.signoff_subjects(base, head, **where, **common)
+            result = paired.signoff_subjects(base, head, **where, **common)
         else:
             repo = _repo_root()
             for rev in (args.base, args.head):
-                signoff.paired.resolve_rev(repo, rev)
+                paired.resolve_rev(repo, rev)
             where = _signoff_device(args, tier)
-            result = signoff.signoff_commits(repo, args.base, args.head, subjects=args.subjects, **where, **common)
-    except signoff.SignoffError as exc:
+            result = paired.signoff_commits(repo, args.base, args.head, subjects=args.subjects, **where, **common)
+    except paired.SignoffError as exc:
         raise UsageError(f"specsample signoff: {exc}") from None
     report, code = result.report, result.exit_code
     if not args.no_exactness:
@@ -900,7 +901,7 @@ def _when(date, fmt: str) -> str:
 
 
 def cmd_signoff_validate(args: argparse.Namespace) -> int:
-    from .track.signoff import validate
+    from .runs import validate
 
     if args.smoke:
         import torch
@@ -948,7 +949,7 @@ def _git_toplevel() -> Path:
 def _rev(rev: str) -> str:
     import subprocess
 
-    from .track.asv_runs import git
+    from .runs.asv import git
 
     try:
         return git(_repo_root(), "rev-parse", "--verify", f"{rev}^{{commit}}")
@@ -1440,7 +1441,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=_Formatter,
         description="Calibrate the planted slowdown, plant it as throw-away commits, sign each "
         "off against head, run A/A sign-offs, and write the detection matrix "
-        "(specsample.track.signoff.validate). Exit 0 when it says PASS, else 1.",
+        "(specsample.runs.validate). Exit 0 when it says PASS, else 1.",
     )
     sv.add_argument("--out", default=os.environ.get("OUT") or "validation", help="output ($OUT, else ./validation)")
     sv.add_argument("--repo", help="the specsample checkout whose HEAD is validated (default: the one around the cwd)")

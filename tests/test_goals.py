@@ -216,4 +216,14 @@ def test_speedup_against_the_fastest_release_takes_each_points_fastest():
 
 def test_the_express_goals_file_loads():
     spec = goals.load_goals(goals.default_goals_path().parent / "goals_express.json")
-    assert spec["subject"] == "express" and [g["name"] for g in spec["goals"]] == ["1", "1b", "2a", "2b", "3", "4", "5", "6", "7"]
+    assert spec["subject"] == "express" and [g["name"] for g in spec["goals"]] == [
+        "1",
+        "1b",
+        "2a",
+        "2b",
+        "3",
+        "4",
+        "5",
+        "6",
+        "7",
+    ]
