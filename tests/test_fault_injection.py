@@ -25,7 +25,7 @@ import pytest
 
 from specsample.runs import asv as runs_asv
 from specsample.runs.asv import LOCK_NAME, RunError, promote, run_lock, run_tier
-from specsample.cli import build_site
+from specsample.commands.bench import build_site
 from specsample.track.results import load_results
 
 REPO = Path(__file__).resolve().parents[1]

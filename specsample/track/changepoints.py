@@ -2,7 +2,7 @@
 improvements, each above the series' measured noise.
 
 Pure functions, frame in, frame out (and :func:`report`, the same as text for ``specsample
-regressions``); nothing here reads files (``cli.py`` and the dashboard call
+regressions``); nothing here reads files (``commands/bench.py`` and the dashboard call
 :func:`specsample.track.results.load_results` first).
 
 Which library
