@@ -7,7 +7,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from specsample.track.asv_runs import git
+from specsample.runs.asv import git
 
 REPO = Path(__file__).resolve().parents[1]
 GIT = ("-c", "user.name=test", "-c", "user.email=test@example.invalid", "-c", "commit.gpgsign=false")

@@ -234,7 +234,7 @@ def test_real_asv_run_records_the_stored_samples(tmp_path):
     sweep's measurement written into the run's scratch directory beforehand."""
     from asv.results import Results
 
-    from specsample.track.asv_runs import ensure_machine, write_config
+    from specsample.runs.asv import ensure_machine, write_config
 
     run_id = f"test-replay-{os.getpid()}"
     scratch = tmp_path / f"specsample-run-{run_id}"
@@ -301,7 +301,7 @@ def test_real_asv_run_records_the_stored_samples(tmp_path):
 def test_a_runs_outcomes_merge_over_the_commits_earlier_ones(tmp_path):
     """Per point and per sweep (its copy bandwidth), the newer run's record replaces the
     earlier one's; what only the earlier run measured is kept."""
-    from specsample.track.asv_runs import _merge_outcomes
+    from specsample.runs.asv import _merge_outcomes
 
     def record(sweep, status):
         point = {"num_reqs": 1}

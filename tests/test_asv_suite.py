@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from specsample.track.asv_runs import run_tier
+from specsample.runs.asv import run_tier
 from specsample.tiers import sweeps
 from specsample.track.results import load_results
 

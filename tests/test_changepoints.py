@@ -13,6 +13,7 @@ import synthetic_results as sr
 from specsample.cli import build_parser, main
 from specsample.schema import BANDWIDTH_METRIC, RATIO_METRIC
 from specsample.track import changepoints as cp
+from specsample.track import series
 from specsample.track.results import load_results, to_frame
 
 L = 100e-6  # seconds
@@ -180,7 +181,7 @@ def test_noise_from_samples_when_no_quartiles_were_stored():
 def test_higher_is_better_metrics_regress_downwards(monkeypatch):
     # were the bandwidth fraction a series (1 us / latency): a slower kernel moves fewer bytes
     # per second
-    monkeypatch.setattr(cp, "DERIVED_METRICS", (RATIO_METRIC,))
+    monkeypatch.setattr(series, "DERIVED_METRICS", (RATIO_METRIC,))
     slower = to_frame(_series([L] * 6 + [1.25 * L] * 6, metric="track_bandwidth_fraction"))
     faster = to_frame(_series([L] * 6 + [0.8 * L] * 6, metric="track_bandwidth_fraction"))
     reg, imp = cp.detect(slower), cp.detect(faster)

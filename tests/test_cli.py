@@ -7,6 +7,7 @@ import subprocess
 from pathlib import Path
 
 from specsample import cli
+from specsample.commands import bench, common
 
 
 def test_help_summary_lists_every_command():
@@ -42,11 +43,11 @@ def test_a_cpu_smoke_run_files_its_results_outside_the_committed_ones(tmp_path):
     specsample-results/, never into results/ (whose benchmarks.json is committed)."""
     repo = Path(__file__).resolve().parents[1]
     args = cli.build_parser().parse_args(["bench", "--tier", "smoke"])
-    assert cli._results_dir(args, tmp_path, interpret=True) == tmp_path / cli.INTERPRETER_RESULTS
-    assert cli._results_dir(args, tmp_path, interpret=False) == tmp_path / "results"
+    assert bench._results_dir(args, tmp_path, interpret=True) == tmp_path / common.INTERPRETER_RESULTS
+    assert bench._results_dir(args, tmp_path, interpret=False) == tmp_path / "results"
     named = cli.build_parser().parse_args(["backfill", "HEAD", "--results-dir", str(tmp_path / "x")])
-    assert cli._results_dir(named, tmp_path, interpret=True) == tmp_path / "x"
+    assert bench._results_dir(named, tmp_path, interpret=True) == tmp_path / "x"
     ignored = subprocess.run(
-        ["git", "check-ignore", "-q", f"{cli.INTERPRETER_RESULTS}/h"], cwd=repo, capture_output=True
+        ["git", "check-ignore", "-q", f"{common.INTERPRETER_RESULTS}/h"], cwd=repo, capture_output=True
     )
-    assert ignored.returncode == 0, f"{cli.INTERPRETER_RESULTS}/ is not git-ignored"
+    assert ignored.returncode == 0, f"{common.INTERPRETER_RESULTS}/ is not git-ignored"

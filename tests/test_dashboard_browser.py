@@ -147,7 +147,7 @@ def browser() -> str:
 @pytest.fixture(scope="module")
 def site(browser, tmp_path_factory) -> Path:
     """The dashboard built from the committed results, plus the image-check copy of its index."""
-    from specsample.cli import build_site
+    from specsample.commands.bench import build_site
 
     out = tmp_path_factory.mktemp("browser") / "site"
     index = build_site(RESULTS, out)
@@ -161,7 +161,7 @@ def synthetic_site(browser, tmp_path_factory) -> Path:
     plus image-check copies of both pages."""
     import synthetic_results
 
-    from specsample.cli import build_site
+    from specsample.commands.bench import build_site
 
     root = tmp_path_factory.mktemp("synthetic")
     results = synthetic_results.write_asv_results(synthetic_results.site_frame(), root / "results")

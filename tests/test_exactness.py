@@ -14,6 +14,7 @@ import pytest
 from vllm_trees import make_wheel
 
 from specsample import cli, exactness, subjects
+from specsample.commands import signoff as signoff_commands
 from specsample.subjects.vllm import store
 from specsample.track.signoff import exactness_rows
 
@@ -221,10 +222,10 @@ def test_signoff_checks_both_sides_and_fails_a_head_that_turned_biased(monkeypat
 
     monkeypatch.setattr(exactness, "run", fake_run)
     args = argparse.Namespace(base="vllm==9.1.0", head="vllm==9.2.0", vllm_repo=None, subject=None)
-    report, code = cli._signoff_exactness(args, {"machine": "m"}, "timing report\n", 0)
+    report, code = signoff_commands._signoff_exactness(args, {"machine": "m"}, "timing report\n", 0)
     assert asked == [(["vllm==9.1.0"], ["independent", "production"]), (["vllm==9.2.0"], ["independent", "production"])]
     assert code == 2 and "turned biased" in report and report.startswith("timing report")
     args.base, args.head = args.head, args.base  # the head fixed a bias: no failure
-    assert cli._signoff_exactness(args, {"machine": "m"}, "", 1)[1] == 1
-    report, code = cli._signoff_exactness(args, {"device": "cpu"}, "", 0)
+    assert signoff_commands._signoff_exactness(args, {"machine": "m"}, "", 1)[1] == 1
+    report, code = signoff_commands._signoff_exactness(args, {"device": "cpu"}, "", 0)
     assert code == 0 and "Not checked: no GPU" in report

@@ -23,9 +23,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from specsample.track import asv_runs
-from specsample.track.asv_runs import LOCK_NAME, RunError, promote, run_lock, run_tier
-from specsample.cli import build_site
+from specsample.runs import asv as runs_asv
+from specsample.runs.asv import LOCK_NAME, RunError, promote, run_lock, run_tier
+from specsample.commands.bench import build_site
 from specsample.track.results import load_results
 
 REPO = Path(__file__).resolve().parents[1]
@@ -114,7 +114,7 @@ def test_second_run_is_refused_at_once_while_the_lock_is_held_and_runs_after_rel
 KILLED_RUN = """
 import sys
 from pathlib import Path
-from specsample.track.asv_runs import run_lock, run_tier
+from specsample.runs.asv import run_lock, run_tier
 repo, results, machine, commit = sys.argv[1:5]
 with run_lock(Path(results)):
     run_tier("smoke", repo=Path(repo), results_dir=Path(results), machine=machine, commit=commit)
@@ -348,7 +348,7 @@ def test_promote_keeps_invalid_staged_json_out_and_names_it_and_moves_the_rest(t
         replaced.append(dst)
         real_replace(src, dst)
 
-    monkeypatch.setattr(asv_runs.os, "replace", watching_replace)
+    monkeypatch.setattr(runs_asv.os, "replace", watching_replace)
     moved = promote(staging, results)
 
     assert sorted(moved) == sorted([results / "benchmarks.json", results / "m" / good.name]) == sorted(replaced)
@@ -375,7 +375,7 @@ def test_promote_that_fails_mid_copy_leaves_the_earlier_file_and_no_tmp(tmp_path
         Path(dst).write_bytes(Path(src).read_bytes()[:100])
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(asv_runs.shutil, "copyfile", disk_full)
+    monkeypatch.setattr(runs_asv.shutil, "copyfile", disk_full)
     with pytest.raises(OSError, match="No space left"):
         promote(staging, results)
     assert _digests(results) == earlier

@@ -1,4 +1,4 @@
-"""Paired sign-off (specsample.track.signoff.paired) end to end on the CPU: commits of a
+"""Paired sign-off (specsample.runs.paired) end to end on the CPU: commits of a
 throw-away repository (tests/gitrepo.py) measured in worker processes under the Triton
 interpreter with a host timer (device="cpu", host=True), on the smoke tier's tiny points.
 
@@ -20,9 +20,9 @@ from gitrepo import GIT, make_repo
 
 from specsample.cli import main
 from specsample.track import signoff
-from specsample.track.asv_runs import git, worktree
+from specsample.runs.asv import git, worktree
 from specsample.track.results import COLUMNS
-from specsample.track.signoff import paired
+from specsample.runs import paired
 
 pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
 

@@ -14,7 +14,7 @@ from specsample import subjects
 from specsample.kernels import mrv2, pre50939
 from specsample.schema import parse_subject
 from specsample.subjects import planted
-from specsample.track.signoff import validate
+from specsample.runs import validate
 from specsample.workloads import Workload, make_inputs
 
 BLOCK_LOGITS = Workload(

@@ -1,4 +1,4 @@
-"""``specsample signoff-validate`` (specsample.track.signoff.validate): the iteration picker, the
+"""``specsample signoff-validate`` (specsample.runs.validate): the iteration picker, the
 run order, the separate-process comparisons, and the whole flow on CPU (--smoke: Triton
 interpreter, tiny shapes, host timer). Timing on CPU is meaningless: the smoke test checks the
 flow (calibration, planted commits, sign-offs, separate-process rows, outputs), not detection."""
@@ -16,9 +16,9 @@ from gitrepo import make_repo
 
 from specsample.cli import main
 from specsample.track import signoff
-from specsample.track.asv_runs import git
+from specsample.runs.asv import git
 from specsample.track.results import COLUMNS, to_frame
-from specsample.track.signoff import paired, validate
+from specsample.runs import paired, validate
 
 
 def test_choose_iters_interpolates_the_measured_curve():

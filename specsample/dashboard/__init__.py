@@ -21,9 +21,9 @@ from pathlib import Path
 
 import pandas as pd
 
+from ..tiers import REPLICATED_RELEASE
 from ..track import changepoints
 from ..track.results import load_provenance
-from ..tiers import REPLICATED_RELEASE
 from . import page, select
 from .exactness import exactness_rows
 from .render import Context, Rendered, render_all, render_figure

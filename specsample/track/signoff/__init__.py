@@ -3,16 +3,13 @@
 - :mod:`.stats`: pairing two sides' points, significance, verdicts and the exit code (pure
   frame -> frame functions, thresholds as keyword arguments);
 - :mod:`.report`: the markdown report of a verdicts frame;
-- :mod:`.paired`: base and head measured paired, point by point, in worker processes
-  (``specsample signoff BASE HEAD``);
-- :mod:`.validate`: the sign-off's own validation, A/A runs and planted slowdowns
-  (``specsample signoff-validate``).
+- :mod:`.exactness_rows`: the exactness check's rows as a frame.
 
-No torch at import: the measurement runs in worker processes.
+Pure: frame in, frame out. Measuring paired and the sign-off's validation run things, so they
+live in :mod:`specsample.runs` (:mod:`~specsample.runs.paired`, :mod:`~specsample.runs.validate`).
 """
 
-from . import paired, report, stats, validate
-from .paired import SignoffError, SignoffResult, measure_paired, points, signoff_commits, signoff_subjects
+from . import report, stats
 from .report import format_value, point_label, report_markdown
 from .stats import (
     ALPHA,
@@ -54,27 +51,19 @@ __all__ = [
     "VERDICT_COLUMNS",
     "VERDICTS",
     "VIOLATES",
-    "SignoffError",
-    "SignoffResult",
     "compare",
     "compare_variants",
     "counts",
     "default_key",
     "exit_code",
     "format_value",
-    "measure_paired",
     "median_ci",
     "min_p_value",
     "newest_commit_with",
     "noise_level",
-    "paired",
     "point_label",
-    "points",
     "relative_iqr",
     "report",
     "report_markdown",
-    "signoff_commits",
-    "signoff_subjects",
     "stats",
-    "validate",
 ]

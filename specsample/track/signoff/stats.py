@@ -2,8 +2,8 @@
 
 Every function takes frames shaped like :func:`specsample.track.results.load_results` output
 (one commit, or one side, selected first) and returns a frame or a value; nothing here reads
-files, measures or parses arguments (:mod:`specsample.cli` and :mod:`.paired` do). Thresholds
-are keyword arguments.
+files, measures or parses arguments (:mod:`specsample.cli`, :mod:`specsample.commands` and
+:mod:`specsample.runs.paired` do). Thresholds are keyword arguments.
 
 The test mirrors ``asv continuous`` (asv 0.6.6, ``asv/_stats.py: is_different``): a two-sided
 Mann-Whitney U on the recorded samples when the sample sizes can reach ``p < alpha`` at all,

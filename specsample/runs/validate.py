@@ -66,7 +66,8 @@ import numpy as np
 import pandas as pd
 from scipy import stats as scipy_stats
 
-from . import paired, report, stats
+from ..track.signoff import report, stats
+from . import paired
 
 TARGETS = (0.03, 0.05, 0.10)
 REQUIRED_FROM = 0.05  # planted slowdowns at or above this must be caught; smaller ones are reported
@@ -228,11 +229,11 @@ def linear_fit(scan: list[tuple[int, float]]) -> tuple[float, float]:
 
 def calibrate(repo: Path, sha: str, opts: Options, log: Callable[[str], None] = log_to_stdout) -> Calibration:
     """Step a, on commit ``sha``'s code, in this process."""
-    from ... import subjects
-    from ...measure import input_copies
-    from ...subjects.planted import PLANTED_MODES
-    from ...timing import HostSampler, Sampler, TimingConfig, interleave
-    from ...workloads import workload_of
+    from .. import subjects
+    from ..measure import input_copies
+    from ..subjects.planted import PLANTED_MODES
+    from ..timing import HostSampler, Sampler, TimingConfig, interleave
+    from ..workloads import workload_of
 
     start = time.monotonic()
     point = SMOKE_POINT if opts.smoke else CALIBRATION_POINT
@@ -316,7 +317,7 @@ def _release_gpu_memory(device: str) -> None:
 def validated_head(repo: Path) -> tuple[str, str]:
     """HEAD, or a snapshot commit of the working tree's ``specsample/`` on top of it when they
     differ; ``(sha, how)``."""
-    from ..asv_runs import git, worktree
+    from .asv import git, worktree
 
     head = git(repo, "rev-parse", "HEAD")
     if not git(repo, "status", "--porcelain", "--", "specsample"):

@@ -45,10 +45,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ... import tiers, worker
-from ...schema import OUR_SUBJECTS, PATH_AXES, PATH_DEFAULTS, POINT_AXES, parse_subject
-from ..results import machine_environment, to_frame
-from . import report, stats
+from .. import tiers, worker
+from ..schema import OUR_SUBJECTS, PATH_AXES, PATH_DEFAULTS, POINT_AXES, parse_subject
+from ..track.results import machine_environment, to_frame
+from ..track.signoff import report, stats
 
 SIDES = ("base", "head")
 # The env column names the side; the commit cannot (A/A runs compare a commit with itself).
@@ -209,7 +209,7 @@ def measure_paired(
 def _environment(device: str) -> dict:
     if device != "cuda":
         return {}
-    from ...machine import gpu_info
+    from ..machine import gpu_info
 
     return gpu_info(measure_bandwidth=False)
 
@@ -535,8 +535,8 @@ def repository_env(repo: Path) -> Iterator[None]:
 def resolve_rev(repo: Path, rev: str) -> str:
     """The full hash of ``rev`` in ``repo``; ``SignoffError`` naming it and listing the
     repository's refs and newest commits otherwise."""
-    from ...subjects.base import SubjectError
-    from ...subjects.commits import resolve_commit
+    from ..subjects.base import SubjectError
+    from ..subjects.commits import resolve_commit
 
     try:
         return resolve_commit(repo, rev)
@@ -563,8 +563,8 @@ def subjects_absent(sha: str, names: Collection[str], label: str = "commit") -> 
     """Which of our subjects ``names`` commit ``sha`` does not have, with the reason. Loads the
     commit's package in this process (once per process, :mod:`specsample.subjects.commits`);
     ``SignoffError`` when it cannot be loaded at all (that is not a missing subject)."""
-    from ... import subjects
-    from ...subjects import commits
+    from .. import subjects
+    from ..subjects import commits
 
     try:
         commits.checkout(sha)
@@ -585,7 +585,7 @@ def subjects_absent(sha: str, names: Collection[str], label: str = "commit") -> 
 def check_subject(name: str) -> None:
     """Resolve subject ``name`` here (loading it once); ``SignoffError`` naming it and listing
     the known subjects when it cannot be."""
-    from ... import subjects
+    from .. import subjects
 
     try:
         parse_subject(name)
@@ -596,7 +596,7 @@ def check_subject(name: str) -> None:
 
 def known_subjects() -> str:
     """What subject names resolve here, for an error message."""
-    from ...subjects.vllm import store
+    from ..subjects.vllm import store
 
     try:
         cached = store.cached_releases()

@@ -35,7 +35,7 @@ from pathlib import Path
 
 from ..machine import write_gpu_info
 from ..tiers import bench_regex
-from .results import OUTCOMES_SUFFIX
+from ..track.results import OUTCOMES_SUFFIX
 
 LOCK_NAME = ".specsample.lock"
 
