@@ -105,3 +105,35 @@ def _wait_for_prior(PDL: tl.constexpr):
     # Loads before it read the call's inputs only (logits, tokens, positions, request metadata).
     if PDL:
         tl.extra.cuda.gdc_wait()
+
+
+class PipelineLaunch:
+    """What mrv2's and express's ``Pipeline`` share: :meth:`run` (every stage in order) and the
+    launch arguments that every kernel of both takes alike. A subclass sets ``target_logits``,
+    ``draft_arg``, ``draft_strides``, the ``*_local_max`` / ``*_local_sumexp`` partials,
+    ``num_blocks``, ``sampled`` and ``num_sampled``, and defines ``stages()``."""
+
+    def run(self):
+        for _, stage in self.stages():
+            stage()
+        return self.sampled, self.num_sampled
+
+    def _logits(self) -> dict:
+        # [N, V] target and [max_num_reqs, K, V_d] draft logits, as every kernel takes them
+        return dict(
+            target_logits_ptr=self.target_logits,
+            target_logits_stride=self.target_logits.stride(0),
+            draft_logits_ptr=self.draft_arg,
+            draft_logits_stride_0=self.draft_strides[0],
+            draft_logits_stride_1=self.draft_strides[1],
+        )
+
+    def _partials(self) -> dict:
+        # the [N, nb] stats partials (target and draft block max and sum-exp)
+        return dict(
+            target_local_max_ptr=self.target_local_max,
+            target_local_sumexp_ptr=self.target_local_sumexp,
+            draft_local_max_ptr=self.draft_local_max,
+            draft_local_sumexp_ptr=self.draft_local_sumexp,
+            local_stride=self.num_blocks,
+        )

@@ -32,7 +32,7 @@ import triton
 import triton.language as tl
 from triton.language.extra import libdevice
 
-from .common import MIN_UNIFORM, _global_argmax, _log1m, _resampled_token, _uniform
+from .common import MIN_UNIFORM, PipelineLaunch, _global_argmax, _log1m, _resampled_token, _uniform
 
 # Vocab block of the stats and residual-mass kernels: one program reads 8192 logits.
 VOCAB_BLOCK_SIZE = 8192
@@ -632,7 +632,7 @@ def _insert_kernel(
 # ---------------------------------------------------------------------------------------------
 
 
-class Pipeline:
+class Pipeline(PipelineLaunch):
     """One ``rejection_sample`` call, split into its kernel launches.
 
     ``__init__`` allocates the outputs and scratch buffers; :meth:`stages` lists the launches
@@ -748,31 +748,6 @@ class Pipeline:
                 stages.append(("residual_mass", self._residual_mass))
         stages += [("rejection", self._rejection), ("resample", self._resample), ("insert", self._insert)]
         return stages
-
-    def run(self) -> tuple[torch.Tensor, torch.Tensor]:
-        for _, stage in self.stages():
-            stage()
-        return self.sampled, self.num_sampled
-
-    def _logits(self) -> dict:
-        # [N, V] target and [max_num_reqs, K, V_d] draft logits, as every kernel takes them
-        return dict(
-            target_logits_ptr=self.target_logits,
-            target_logits_stride=self.target_logits.stride(0),
-            draft_logits_ptr=self.draft_arg,
-            draft_logits_stride_0=self.draft_strides[0],
-            draft_logits_stride_1=self.draft_strides[1],
-        )
-
-    def _partials(self) -> dict:
-        # the [N, nb] stats partials (target and draft block max and sum-exp)
-        return dict(
-            target_local_max_ptr=self.target_local_max,
-            target_local_sumexp_ptr=self.target_local_sumexp,
-            draft_local_max_ptr=self.draft_local_max,
-            draft_local_sumexp_ptr=self.draft_local_sumexp,
-            local_stride=self.num_blocks,
-        )
 
     # ---- 1. block stats of every non-bonus row
     def _stats(self) -> None:

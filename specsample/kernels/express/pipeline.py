@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import torch
 import triton
 
+from ..common import PipelineLaunch
 from .streams import SAMPLE_BLOCK
 from .stats import _stats_kernel
 from .rejection import _cumulative_log_p_kernel, _rejection_kernel, _residual_mass_kernel
@@ -113,7 +114,7 @@ def default_config(num_reqs: int, dependent_launch: bool = False) -> Config:
     return SMALL_BATCH_CONFIG
 
 
-class Pipeline:
+class Pipeline(PipelineLaunch):
     """One ``express`` call, split into its kernel launches (``mrv2.Pipeline``'s interface).
 
     ``__init__`` allocates the outputs and every scratch buffer; :meth:`stages` lists the
@@ -241,29 +242,9 @@ class Pipeline:
             stages.append(("insert", self._insert))
         return stages
 
-    def run(self) -> tuple[torch.Tensor, torch.Tensor]:
-        for _, stage in self.stages():
-            stage()
-        return self.sampled, self.num_sampled
-
-    def _logits(self) -> dict:
-        return dict(
-            target_logits_ptr=self.target_logits,
-            target_logits_stride=self.target_logits.stride(0),
-            draft_logits_ptr=self.draft_arg,
-            draft_logits_stride_0=self.draft_strides[0],
-            draft_logits_stride_1=self.draft_strides[1],
-        )
-
     def _partials(self) -> dict:
-        return dict(
-            target_local_max_ptr=self.target_local_max,
-            target_local_sumexp_ptr=self.target_local_sumexp,
-            draft_local_max_ptr=self.draft_local_max,
-            draft_local_sumexp_ptr=self.draft_local_sumexp,
-            local_stride=self.num_blocks,
-            num_blocks=self.num_blocks,
-        )
+        # express's kernels also take the number of blocks a row's partials span
+        return dict(super()._partials(), num_blocks=self.num_blocks)
 
     def _outputs(self) -> dict:
         return dict(
