@@ -105,3 +105,16 @@ def pytest_collection_modifyitems(config, items):
         # Longest first, so that under `pytest -n` the slow statistical tests do not start last
         # and set the run's length (the order pytest-xdist hands tests out in is this one).
         items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    """A fresh vLLM release cache (``$SPECSAMPLE_CACHE``) under the test's tmp_path, with the
+    subject registry's memo cleared before and after. (Shadows pytest's own ``cache`` fixture,
+    which no test here uses.)"""
+    from specsample import subjects
+
+    monkeypatch.setenv("SPECSAMPLE_CACHE", str(tmp_path / "cache"))
+    subjects._resolve.cache_clear()
+    yield tmp_path / "cache"
+    subjects._resolve.cache_clear()

@@ -21,14 +21,6 @@ from specsample.track.signoff import exactness_rows
 LAW = exactness.make_law(vocab_size=8, num_speculative_steps=3, seed=1)
 
 
-@pytest.fixture
-def cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("SPECSAMPLE_CACHE", str(tmp_path / "cache"))
-    subjects._resolve.cache_clear()
-    yield tmp_path / "cache"
-    subjects._resolve.cache_clear()
-
-
 # ---- chi-square and laws ---------------------------------------------------------------------
 
 

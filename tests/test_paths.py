@@ -24,14 +24,6 @@ from specsample.workloads import Workload, make_inputs, workload_of
 SMALL = dict(num_reqs=6, num_speculative_steps=4, vocab_size=2100, placeholder_density=0.0)
 
 
-@pytest.fixture
-def cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("SPECSAMPLE_CACHE", str(tmp_path / "cache"))
-    subjects._resolve.cache_clear()
-    yield tmp_path / "cache"
-    subjects._resolve.cache_clear()
-
-
 def _release(tmp_path, version, **knobs):
     store.extract_wheel(make_wheel(tmp_path, version, **knobs))
     return subjects.get(f"vllm=={version}")

@@ -27,14 +27,6 @@ from specsample.workloads import Workload, make_inputs
 W = Workload(num_reqs=3, num_speculative_steps=3, vocab_size=300, placeholder_density=0.0, seed=3)
 
 
-@pytest.fixture
-def cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("SPECSAMPLE_CACHE", str(tmp_path / "cache"))
-    subjects._resolve.cache_clear()
-    yield tmp_path / "cache"
-    subjects._resolve.cache_clear()
-
-
 def _fetch(tmp_path, version, **knobs):
     return store.extract_wheel(make_wheel(tmp_path, version, **knobs))
 
