@@ -1,4 +1,15 @@
 """``specsample`` command line: argument parsing and I/O only; the work lives in the modules.
+:data:`DESCRIPTION` is what ``specsample --help`` shows."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+DESCRIPTION = """\
+A GPU microbenchmark and regression tracker for speculative-decoding rejection samplers: vLLM's
+releases and commits, our samplers and FlashInfer (README.md).
 
 Commands
 --------
@@ -21,15 +32,9 @@ goals        one commit's committed results against the performance goals (works
 Exit codes: 0 success (sign-off: pass), 1 a regression, 2 bad input, a missing GPU, a failed or
 crashed point, or nothing measured (sign-off: also head violating placeholder semantics where
 base does not, a head biased where base is exact, or a point measured on one side only, unless
-``--allow-missing``; exactness: 1 a subject biased or the planted control not flagged). Nothing is
-written to ``results/`` by a run that measured nothing.
+--allow-missing; exactness: 1 a subject biased or the planted control not flagged). Nothing is
+written to results/ by a run that measured nothing.
 """
-
-from __future__ import annotations
-
-import argparse
-import os
-import sys
 
 from . import __version__
 from .commands.bench import cmd_backfill, cmd_bench, cmd_dashboard, cmd_nightly, cmd_regressions
@@ -43,8 +48,19 @@ from .schema import MODES, OUR_SUBJECTS, PATTERNS, TIERS
 # ---- parser ----------------------------------------------------------------------------------
 
 
-class _Formatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
-    pass
+class _Formatter(argparse.ArgumentDefaultsHelpFormatter):
+    """A command's help: each option's default appended, unless its help already says it or there
+    is none to say (None, or a flag's False)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        if "default" in text or action.default in (None, False, argparse.SUPPRESS):
+            return action.help
+        return super()._get_help_string(action)
+
+
+class _TopFormatter(_Formatter, argparse.RawDescriptionHelpFormatter):
+    """The top-level help: the command table and exit codes keep their layout."""
 
 
 def _add_path_options(p: argparse.ArgumentParser) -> None:
@@ -52,28 +68,46 @@ def _add_path_options(p: argparse.ArgumentParser) -> None:
     from .schema import DRAFT_CACHES, LOGITS_SHAPES, PATH_DEFAULTS, ROW_ENTROPIES
 
     g = p.add_argument_group("sampler paths (docs/paths.md)")
-    g.add_argument("--logits-shape", nargs="+", default=[PATH_DEFAULTS["logits_shape"]], choices=LOGITS_SHAPES)
+    g.add_argument(
+        "--logits-shape",
+        nargs="+",
+        default=[PATH_DEFAULTS["logits_shape"]],
+        choices=LOGITS_SHAPES,
+        metavar="SHAPE",
+        help=f"target logits: {', '.join(LOGITS_SHAPES)}",
+    )
     g.add_argument(
         "--row-entropy",
         nargs="+",
         default=[PATH_DEFAULTS["row_entropy"]],
         choices=ROW_ENTROPIES,
-        help="target rows' top-3 entropy against FLy's threshold: how often FLy may defer",
+        metavar="LEVEL",
+        help=f"target rows' top-3 entropy against FLy's threshold, how often FLy may defer: {', '.join(ROW_ENTROPIES)}",
     )
-    g.add_argument("--masked-vocab-fraction", nargs="+", default=["0.0"], help="vocabulary masked to -inf, in ranges")
+    g.add_argument(
+        "--masked-vocab-fraction", nargs="+", default=["0.0"], metavar="F", help="vocabulary masked to -inf, in ranges"
+    )
     g.add_argument("--skip-masked-vocab-blocks", nargs="+", default=["off"], choices=["off", "on"])
     g.add_argument("--fly-window-size", nargs="+", default=["0"], help="FLy deferral window W (0: off)")
     g.add_argument("--watermark", nargs="+", default=["off"], choices=["off", "on"])
-    g.add_argument("--draft-cache", nargs="+", default=[PATH_DEFAULTS["draft_cache"]], choices=DRAFT_CACHES)
+    g.add_argument(
+        "--draft-cache",
+        nargs="+",
+        default=[PATH_DEFAULTS["draft_cache"]],
+        choices=DRAFT_CACHES,
+        metavar="CACHE",
+        help=f"draft logits through the row-mapped cache: {', '.join(DRAFT_CACHES)}",
+    )
 
 
-def _add_vllm_repo(p: argparse.ArgumentParser) -> None:
+def _add_vllm_repo(p: argparse.ArgumentParser, refs: str = "") -> None:
+    """``refs``: what else the command reads as refs of the checkout, e.g. its BASE and HEAD."""
     p.add_argument(
         "--vllm-repo",
         metavar="PATH",
         default=None,
-        help="vLLM git checkout whose refs vllm@REF names (without it: $SPECSAMPLE_VLLM_REPO); "
-        "for signoff, BASE and HEAD are then refs of that checkout",
+        help="vLLM git checkout whose refs vllm@REF names (without it: $SPECSAMPLE_VLLM_REPO)"
+        + (f"; {refs} are then refs of that checkout" if refs else ""),
     )
 
 
@@ -90,7 +124,7 @@ def _add_results_dir(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--results-dir",
         default=None,
-        help=f"where results are filed; None: results/ on a GPU, {INTERPRETER_RESULTS}/ for a CPU smoke run",
+        help=f"where results are filed; default: results/ on a GPU, {INTERPRETER_RESULTS}/ for a CPU smoke run",
     )
 
 
@@ -100,7 +134,7 @@ def _add_noise_options(p: argparse.ArgumentParser) -> None:
         type=float,
         default=None,
         help="sample until the median's 99%% CI half-width is below this fraction (e.g. 0.005), at least "
-        "--samples; None: exactly --samples",
+        "--samples; default: exactly --samples",
     )
     p.add_argument(
         "--time-cap", type=float, default=20.0, help="seconds per point before a noise target gives up (inconclusive)"
@@ -121,7 +155,7 @@ def _add_machine(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="specsample", description=__doc__, formatter_class=_Formatter)
+    p = argparse.ArgumentParser(prog="specsample", description=DESCRIPTION, formatter_class=_TopFormatter)
     p.add_argument("--version", action="version", version=f"specsample {__version__}")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
     subjects_help = f"subjects: {', '.join(OUR_SUBJECTS)}, NAME@COMMIT, vllm==X.Y.Z, vllm@REF, vllm"
@@ -133,7 +167,14 @@ def build_parser() -> argparse.ArgumentParser:
         description=subjects_help,
     )
     c.add_argument("--subjects", nargs="+", default=["mrv2", "mrv2-pre50939"], help="what to time")
-    c.add_argument("--mode", nargs="+", default=["standard", "block"], choices=MODES, help="verification modes")
+    c.add_argument(
+        "--mode",
+        nargs="+",
+        default=["standard", "block"],
+        choices=MODES,
+        metavar="MODE",
+        help=f"verification modes: {', '.join(MODES)}",
+    )
     c.add_argument("--draft", nargs="+", default=["logits"], choices=["logits", "one-hot"], help="draft kinds")
     c.add_argument("--num-reqs", nargs="+", type=int, default=[128], help="batch sizes R")
     c.add_argument(
@@ -203,7 +244,7 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument(
         "--machine",
         default=None,
-        help="the machine shown; None: the one with the newest results, never a CPU-interpreter one",
+        help="the machine shown; default: the one with the newest results, never a CPU-interpreter one",
     )
     d.set_defaults(func=cmd_dashboard)
 
@@ -219,7 +260,7 @@ def build_parser() -> argparse.ArgumentParser:
         "that steps while its call does not is listed as a stage shift and does not count.",
     )
     r.add_argument("--results-dir", default="results", help="asv results directory")
-    r.add_argument("--machine", help="only this machine's results; None: every machine in --results-dir")
+    r.add_argument("--machine", help="only this machine's results; default: every machine in --results-dir")
     r.add_argument("--json", metavar="FILE", help="also write every change and the newest-vs-previous summary here")
     r.set_defaults(func=cmd_regressions)
 
@@ -281,7 +322,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_machine(s)
     s.add_argument("--report", help="also write the markdown report here")
     s.add_argument("--no-exactness", action="store_true", help="skip the exactness rows (docs/exactness.md)")
-    _add_vllm_repo(s)
+    _add_vllm_repo(s, refs="BASE and HEAD")
     s.set_defaults(func=cmd_signoff)
 
     bi = sub.add_parser(
@@ -332,7 +373,7 @@ def build_parser() -> argparse.ArgumentParser:
     bi.add_argument("--out", default="bisect", help="directory for bisect.json and bisect.md")
     bi.add_argument("--host", action="store_true", help=argparse.SUPPRESS)  # CPU interpreter: checks the flow only
     _add_machine(bi)
-    _add_vllm_repo(bi)
+    _add_vllm_repo(bi, refs="GOOD and BAD")
     bi.set_defaults(func=cmd_bisect)
 
     ex = sub.add_parser(
@@ -347,7 +388,9 @@ def build_parser() -> argparse.ArgumentParser:
         nargs="+",
         default=["independent"],
         choices=("independent", "production", "production-unsalted"),
-        help="how drafts are drawn: independently, or by the subject's own gumbel_sample with or without its drafting flag",
+        metavar="HOW",
+        help="how drafts are drawn: independent, or production (production-unsalted) by the subject's own "
+        "gumbel_sample with (without) its drafting flag",
     )
     ex.add_argument("--modes", nargs="+", default=["standard", "block"], choices=("standard", "block"))
     ex.add_argument("--num-trials", type=int, default=200_000, help="trials (requests) per check")
@@ -434,13 +477,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="whose Pipeline the candidates configure (fast.Config or express.Config)",
     )
     t.add_argument(
-        "--out", default=None, help="JSON of every median, rewritten after each workload; None: tune-SAMPLER.json"
+        "--out", default=None, help="JSON of every median, rewritten after each workload; default: tune-SAMPLER.json"
     )
     t.add_argument(
         "--workload",
         action="append",
         metavar="NAME",
-        help="only this workload (repeatable); None: every one of specsample.devtools.tune.WORKLOADS",
+        help="only this workload (repeatable); default: every one of specsample.devtools.tune.WORKLOADS",
     )
     t.add_argument(
         "--candidate",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import re
 import subprocess
 from pathlib import Path
@@ -10,15 +11,43 @@ from specsample import cli
 from specsample.commands import bench, common
 
 
+def _subparsers(parser):
+    """Every command's (and sub-command's) parser, by its prog."""
+    found = {}
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                found[sub.prog] = sub
+                found.update(_subparsers(sub))
+    return found
+
+
 def test_help_summary_lists_every_command():
-    """The module docstring's command table (the top of ``specsample --help``) names exactly the
-    parser's commands, so that a command added to one is not missing from the other."""
+    """The command table at the top of ``specsample --help`` names exactly the parser's commands,
+    so that a command added to one is not missing from the other; it is written for users."""
     parser = cli.build_parser()
     commands = set(next(a for a in parser._actions if a.dest == "command").choices)
-    table = cli.__doc__.split("--------\n", 1)[1].split("\n\n", 1)[0]
+    table = cli.DESCRIPTION.split("--------\n", 1)[1].split("\n\n", 1)[0]
     listed = {re.match(r"(\S+)\s", line).group(1) for line in table.splitlines()}
     assert listed == commands
-    assert parser.description == cli.__doc__
+    assert parser.description == cli.DESCRIPTION and "argument parsing" not in parser.format_help()
+
+
+def test_every_help_is_wrapped_and_says_each_default_once():
+    """No help line runs past the terminal (descriptions are wrapped), no option says its default
+    twice, and --vllm-repo speaks of BASE and HEAD only where the command has them."""
+    parsers = _subparsers(cli.build_parser())
+    assert {"specsample bench", "specsample regressions", "specsample vllm fetch"} <= set(parsers)
+    for prog, sub in parsers.items():
+        text = sub.format_help()
+        assert max(map(len, text.splitlines())) <= 100, prog
+        for action in sub._actions:
+            if action.help and action.help is not argparse.SUPPRESS:
+                shown = sub._get_formatter()._get_help_string(action) % {"default": action.default}
+                assert shown.count("default") <= 1 + action.help.count("default"), (prog, action.dest)
+                assert "(default: None)" not in shown and "(default: False)" not in shown, (prog, action.dest)
+    assert "BASE and HEAD" in parsers["specsample signoff"].format_help()
+    assert "signoff" not in parsers["specsample bench"].format_help()
 
 
 def test_one_spelling_per_concept_with_the_short_symbols_as_aliases():

@@ -10,6 +10,8 @@ detection power (that is ``specsample signoff-validate``'s job on the GPU).
 
 from __future__ import annotations
 
+import re
+
 import shutil
 from pathlib import Path
 
@@ -340,7 +342,11 @@ def test_results_refuses_an_unknown_subject_and_commit(capsys):
         main(["signoff", "--results", "mrv2-pre50939", "mrv2", "--results-dir", str(RESULTS), "--commit", "deadbeef"])
         == 2
     )
-    assert "no results at commit 'deadbeef'" in (err := capsys.readouterr().err) and "newest commits there: " in err
+    assert (
+        "no results at commit 'deadbeef'" in (err := capsys.readouterr().err) and "commits there, newest first: " in err
+    )
+    dates = re.findall(r"[0-9a-f]{8} \((\d{4}-\d{2}-\d{2})\)", err)
+    assert len(dates) > 1 and dates == sorted(dates, reverse=True)
     assert (
         main(["signoff", "--results", "mrv2-pre50939", "mrv2", "--results-dir", str(RESULTS), "--sweep", "Nope"]) == 2
     )

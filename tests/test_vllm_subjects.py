@@ -138,9 +138,15 @@ def test_vllm_list_of_a_corrupt_cache_entry_is_one_line_and_exit_2(tmp_path, cac
 
 def test_a_release_not_in_the_cache_says_how_to_fetch_it(cache):
     with pytest.raises(
-        subjects.SubjectError, match=r"vllm==9\.9\.9 is not in the cache.*specsample vllm fetch 9\.9\.9"
+        subjects.SubjectError, match=r"vllm==0\.30\.0 is not in the cache.*specsample vllm fetch 0\.30\.0"
     ):
+        subjects.get("vllm==0.30.0")
+    # a version that is no MRV2 release specsample knows: no fetch suggested, the index's list is
+    with pytest.raises(subjects.SubjectError) as raised:
         subjects.get("vllm==9.9.9")
+    message = str(raised.value)
+    assert "is not an MRV2 release specsample knows (0.22.0 to " in message and "vllm list --index" in message
+    assert "vllm fetch" not in message
 
 
 # ---- loading -----------------------------------------------------------------------------------

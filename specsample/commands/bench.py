@@ -204,7 +204,8 @@ def build_site(results: Path, out: Path, machine: str | None = None) -> Path:
         index = build_dashboard(df, out, machine=machine, results_dir=results)
     except ValueError as exc:
         raise UsageError(f"specsample dashboard: {exc}") from None
-    print(f"specsample dashboard: {len(df)} result rows -> {index} in {time.monotonic() - start:.1f} s")
+    pages = ", ".join(str(page) for page in (index, index.with_name("releases.html")) if page.exists())
+    print(f"specsample dashboard: {len(df)} result rows -> {pages} in {time.monotonic() - start:.1f} s")
     return index
 
 

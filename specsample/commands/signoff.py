@@ -348,28 +348,28 @@ def _signoff_results(args: argparse.Namespace) -> int:
     commits = df.drop_duplicates("commit").sort_values("date", kind="stable")[["commit", "date"]]
     listing = "; ".join(
         f"{c[:8]} ({_when(d, '%Y-%m-%d')}): {', '.join(sorted(set(df[df['commit'] == c]['subject']), key=str))}"
-        for c, d in zip(commits["commit"][-10:], commits["date"][-10:])
+        for c, d in zip(commits["commit"][::-1][:10], commits["date"][::-1][:10])
     )
     if args.commit:
         matches = [c for c in commits["commit"] if c.startswith(args.commit)]
         if len(matches) != 1:
             what = "no results" if not matches else f"{len(matches)} commits"
             raise UsageError(
-                f"specsample signoff: {what} at commit {args.commit!r} in {where}; newest commits there: {listing}"
+                f"specsample signoff: {what} at commit {args.commit!r} in {where}; commits there, newest first: {listing}"
             )
         commit, how = matches[0], "given by --commit"
         lacking = [s for s in (base, head) if s not in set(df[df["commit"] == commit]["subject"])]
         if lacking:
             raise UsageError(
                 f"specsample signoff: commit {commit[:8]} has no time_sample results for "
-                f"{', '.join(lacking)} in {where}; newest commits there: {listing}"
+                f"{', '.join(lacking)} in {where}; commits there, newest first: {listing}"
             )
     else:
         commit, how = signoff.newest_commit_with(df, [base, head]), "the newest with results for both"
         if commit is None:
             raise UsageError(
                 f"specsample signoff: no commit has time_sample results for both {base} and {head} "
-                f"in {where}; newest commits there: {listing}"
+                f"in {where}; commits there, newest first: {listing}"
             )
     df = df[df["commit"] == commit]
     min_effect = signoff.ASV_MIN_EFFECT if args.min_effect is None else args.min_effect

@@ -241,8 +241,16 @@ def _rewalk(dest: Path, label: str) -> Entry:
 
 def release(version: str) -> Entry:
     """A fetched release; ``SubjectError`` saying how to fetch it when it is not in the cache."""
+    from ...tiers import MRV2_RELEASES
+
     dest = releases_dir() / version
     if not (dest / MANIFEST).exists():
+        if version not in MRV2_RELEASES:  # a typo or a future release: don't send them to fetch it
+            raise SubjectError(
+                f"vllm=={version} is not in the cache ({dest}) and is not an MRV2 release specsample "
+                f"knows ({MRV2_RELEASES[0]} to {MRV2_RELEASES[-1]}); `specsample vllm list --index` "
+                f"lists the package index's releases"
+            )
         raise SubjectError(
             f"vllm=={version} is not in the cache ({dest}); run `specsample vllm fetch {version}` "
             f"(or point $SPECSAMPLE_CACHE at a cache that has it)"
