@@ -33,6 +33,11 @@ def test_ci_runs_the_main_job_and_exactly_the_test_command():
     assert main_job in ci
     assert ci.rstrip().splitlines()[-1].strip() == tests
     assert "specsample dashboard" in main_job and "pytest" in tests
+    # everything runs in the venv the script makes, never the caller's; browser tests cannot skip
+    lines = [line.strip() for line in ci.splitlines()]
+    activate = lines.index('source "$venv/bin/activate"')
+    assert lines.index('python3 -m venv "$venv"') < activate < lines.index(main_job)
+    assert lines.index("export SPECSAMPLE_REQUIRE_BROWSER=1") < len(lines) - 1
 
 
 def test_readme_links_point_at_files_in_the_repository():
