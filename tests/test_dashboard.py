@@ -21,7 +21,7 @@ import synthetic_results as sr
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 
 from specsample.dashboard import FIGURES, FigureSpec, MissingData, build_dashboard, render_figure
-from specsample.dashboard import page, render, select, specs
+from specsample.dashboard import page, render, select, specs, tables
 from specsample.track import changepoints
 from specsample.track.results import load_results
 
@@ -412,7 +412,7 @@ def test_a_rebuild_leaves_no_stale_figure(tmp_path):
 def test_change_labels_round_before_the_sign():
     label = lambda ratio: render.format_change(render.percent_change(ratio))  # noqa: E731
     assert [label(r) for r in (0.998, 1.004, 0.73, 1.06)] == ["0%", "0%", "−27%", "+6%"]
-    assert page._pct(-0.0004) == "0.0%" and page._pct(-0.049) == "−4.9%"
+    assert tables._pct(-0.0004) == "0.0%" and tables._pct(-0.049) == "−4.9%"
 
 
 def test_render_figure_raises_missing_data_for_absent_columns(df):

@@ -14,7 +14,7 @@ from specsample import subjects
 from specsample.kernels import mrv2, pre50939
 from specsample.schema import parse_subject
 from specsample.subjects import planted
-from specsample.runs import validate
+from specsample.runs import plants
 from specsample.workloads import Workload, make_inputs
 
 BLOCK_LOGITS = Workload(
@@ -93,7 +93,7 @@ def test_the_delay_kernel_runs_at_block_logits_points_only(device):
 
 
 def test_validation_plants_the_planted_subjects_only():
-    assert validate.planted_name("mrv2", "abc1234", 12) == "mrv2@abc1234+extra=12"
-    assert validate.planted_name("fast", "abc1234", 12) == "fast@abc1234"
-    assert validate.planted_name("mrv2", "abc1234", 0) == "mrv2@abc1234"
-    assert set(validate.PLANTED_SUBJECTS) == {"mrv2", "mrv2-pre50939"}
+    assert plants.planted_name("mrv2", "abc1234", 12) == "mrv2@abc1234+extra=12"
+    assert plants.planted_name("fast", "abc1234", 12) == "fast@abc1234"
+    assert plants.planted_name("mrv2", "abc1234", 0) == "mrv2@abc1234"
+    assert set(plants.PLANTED_SUBJECTS) == {"mrv2", "mrv2-pre50939"}

@@ -18,31 +18,31 @@ from specsample.cli import main
 from specsample.track import signoff
 from specsample.runs.asv import git
 from specsample.track.results import COLUMNS, to_frame
-from specsample.runs import paired, validate
+from specsample.runs import calibration, detection, paired, plants
 
 
 def test_choose_iters_interpolates_the_measured_curve():
     linear = [(0, 0.0), (2, 0.01), (4, 0.02), (8, 0.04), (16, 0.08), (32, 0.16)]
-    assert validate.choose_iters(linear, (0.03, 0.05, 0.10), 4096) == {0.03: 6, 0.05: 10, 0.10: 20}
+    assert calibration.choose_iters(linear, (0.03, 0.05, 0.10), 4096) == {0.03: 6, 0.05: 10, 0.10: 20}
     # hidden under memory time at first, then linear: the knee is interpolated, not assumed away
     knee = [(0, 0.0), (2, 0.0), (4, -0.001), (8, 0.0), (16, 0.01), (32, 0.06), (64, 0.20)]
-    assert validate.choose_iters(knee, (0.03, 0.05, 0.10), 4096) == {0.03: 22, 0.05: 29, 0.10: 41}
+    assert calibration.choose_iters(knee, (0.03, 0.05, 0.10), 4096) == {0.03: 22, 0.05: 29, 0.10: 41}
     # past the largest measurement: the last rising segment's slope
-    assert validate.choose_iters([(0, 0.0), (2, 0.01), (4, 0.02)], (0.05,), 4096) == {0.05: 10}
+    assert calibration.choose_iters([(0, 0.0), (2, 0.01), (4, 0.02)], (0.05,), 4096) == {0.05: 10}
     # no measurable effect, or a cap: still distinct and increasing
-    assert validate.choose_iters([(0, 0.0), (1, -0.2)], (0.03, 0.05, 0.10), 64) == {0.03: 1, 0.05: 2, 0.10: 3}
-    assert validate.choose_iters(linear, (0.03, 0.05, 0.10), 8) == {0.03: 6, 0.05: 8, 0.10: 8}
+    assert calibration.choose_iters([(0, 0.0), (1, -0.2)], (0.03, 0.05, 0.10), 64) == {0.03: 1, 0.05: 2, 0.10: 3}
+    assert calibration.choose_iters(linear, (0.03, 0.05, 0.10), 8) == {0.03: 6, 0.05: 8, 0.10: 8}
 
 
 def test_linear_fit_is_least_squares():
-    assert validate.linear_fit([(0, 0.0), (10, 0.05), (20, 0.1)]) == pytest.approx((0.0, 0.005))
-    assert validate.linear_fit([(0, 0.0)]) == (0.0, 0.0)
+    assert calibration.linear_fit([(0, 0.0), (10, 0.05), (20, 0.1)]) == pytest.approx((0.0, 0.005))
+    assert calibration.linear_fit([(0, 0.0)]) == (0.0, 0.0)
 
 
 def test_run_order_keeps_both_kinds_early():
-    names = [name for name, _, _ in validate.run_order(5, (0.03, 0.05, 0.10))]
+    names = [name for name, _, _ in plants.run_order(5, (0.03, 0.05, 0.10))]
     assert names == ["A/A 1", "planted 5%", "planted 10%", "A/A 2", "planted 3%", "A/A 3", "A/A 4", "A/A 5"]
-    assert [name for name, _, _ in validate.run_order(1, (0.03, 0.05, 0.10))] == [
+    assert [name for name, _, _ in plants.run_order(1, (0.03, 0.05, 0.10))] == [
         "A/A 1",
         "planted 5%",
         "planted 10%",
@@ -80,14 +80,14 @@ def _side_rows(env: str, commit: str, seconds: dict[tuple[str, str], float], see
     return rows
 
 
-def _run(name: str, target, order: int, base_seconds: dict, head_seconds: dict, seed: int) -> validate.Run:
+def _run(name: str, target, order: int, base_seconds: dict, head_seconds: dict, seed: int) -> detection.Run:
     frame = to_frame(
         _side_rows(paired.ENVS["base"], "h" * 40, base_seconds, seed)
         + _side_rows(paired.ENVS["head"], "p" * 40, head_seconds, seed + 1)
     )
     verdicts = signoff.compare(*paired.split_sides(frame), min_effect=signoff.PAIRED_MIN_EFFECT)
     result = paired.SignoffResult("h" * 40, "p" * 40, frame, verdicts, "", signoff.exit_code(verdicts), 1.0)
-    return validate.Run(name, target, "p" * 40, result=result, order=order)
+    return detection.Run(name, target, "p" * 40, result=result, order=order)
 
 
 def test_separate_process_rows_pair_other_runs_sides_at_the_asv_threshold(tmp_path):
@@ -101,8 +101,8 @@ def test_separate_process_rows_pair_other_runs_sides_at_the_asv_threshold(tmp_pa
         _run("planted 10%", 0.10, 1, points, planted, seed=3),
         _run("A/A 2", None, 2, drifted, drifted, seed=5),
     ]
-    opts = validate.options(tmp_path, tmp_path, cuda=False)
-    seps = validate.separate_comparisons(runs, opts)
+    opts = plants.options(tmp_path, tmp_path, cuda=False)
+    seps = detection.separate_comparisons(runs, opts)
     assert [(s.name, s.base_of, s.head_of) for s in seps] == [
         ("A/A (separate) 1", "A/A 1", "planted 10%"),
         ("planted 10% (separate)", "A/A 1", "planted 10%"),
@@ -113,20 +113,20 @@ def test_separate_process_rows_pair_other_runs_sides_at_the_asv_threshold(tmp_pa
         == {"alpha": 0.002, "min_effect": 0.05, "min_abs_seconds": 0.0}
         for s in seps
     )
-    rows = {s.name: validate.judge_separate(s) for s in seps}
+    rows = {s.name: detection.judge_separate(s) for s in seps}
     assert rows["A/A (separate) 1"]["verdict"] == "no false alarm"
     assert (
         rows["planted 10% (separate)"]["verdict"] == "caught everywhere"
         and rows["planted 10% (separate)"]["touched"] == "1 / 1"
     )
     assert rows["A/A (separate) 2"]["verdict"] == "3 false alarms"  # the drift, flagged at 5%
-    assert validate._false_alarm_line(seps, opts).startswith(
+    assert detection._false_alarm_line(seps, opts).startswith(
         "Separate-process false alarms at 5% (no absolute floor): 3 regressions flagged in 6 A/A point comparisons"
     )
     # the paired criterion is not theirs: the paired runs pass
-    assert [validate.judge(r)["verdict"] for r in runs] == ["pass", "pass", "pass"]
-    assert validate.overall(runs) == "PASS"
-    matrix = validate.matrix_markdown(runs, seps, None, opts, "h" * 40, "HEAD", 1.0)
+    assert [detection.judge(r)["verdict"] for r in runs] == ["pass", "pass", "pass"]
+    assert detection.overall(runs) == "PASS"
+    matrix = detection.matrix_markdown(runs, seps, None, opts, "h" * 40, "HEAD", 1.0)
     assert (
         "| A/A (separate) 2 | planted 10% (base) | A/A 2 (base; —) | 1 / 1 | 2 / 2 | 0 | 0 | 3 false alarms |" in matrix
     )
@@ -138,7 +138,7 @@ def test_paired_rows_judge_a_a_required_and_reported_plants():
     everywhere = {k: v * 1.10 for k, v in points.items()}
     aa, caught = _run("A/A 1", None, 0, points, points, 1), _run("planted 5%", 0.05, 1, points, slow, 3)
     missed, loud = _run("planted 3%", 0.03, 2, points, points, 5), _run("planted 10%", 0.10, 3, points, everywhere, 7)
-    rows = {r.name: validate.judge(r) for r in (aa, caught, missed, loud)}
+    rows = {r.name: detection.judge(r) for r in (aa, caught, missed, loud)}
     assert rows["A/A 1"] == {
         "touched": "0 / 1",
         "untouched": "0 / 2",
@@ -150,10 +150,11 @@ def test_paired_rows_judge_a_a_required_and_reported_plants():
     assert rows["planted 5%"]["verdict"] == "pass" and rows["planted 5%"]["touched"] == "1 / 1"
     assert rows["planted 3%"]["verdict"] == "missed 1 (no requirement)"
     assert rows["planted 10%"]["verdict"] == "FAIL" and rows["planted 10%"]["untouched"] == "2 / 2"
-    assert validate.overall([aa, caught, missed]) == "PASS" and validate.overall([aa, loud]) == "FAIL"
-    cut = validate.Run("A/A 2", None, "h" * 40, skipped="time budget: ...")
+    assert detection.overall([aa, caught, missed]) == "PASS" and detection.overall([aa, loud]) == "FAIL"
+    cut = detection.Run("A/A 2", None, "h" * 40, skipped="time budget: ...")
     assert (
-        validate.judge(cut) == {"verdict": "not run (time budget: ...)"} and validate.overall([aa, cut]) == "INCOMPLETE"
+        detection.judge(cut) == {"verdict": "not run (time budget: ...)"}
+        and detection.overall([aa, cut]) == "INCOMPLETE"
     )
 
 

@@ -23,7 +23,7 @@ from .common import (
 
 
 def cmd_signoff(args: argparse.Namespace) -> int:
-    from ..runs import paired
+    from ..runs import paired, resolve
     from ..track import signoff
 
     _set_vllm_repo(args)
@@ -61,16 +61,16 @@ def cmd_signoff(args: argparse.Namespace) -> int:
                 )
             base, head = (_as_ref_subject(x, args.vllm_repo) for x in (args.base, args.head))
             for name in (base, head):
-                paired.check_subject(name)
+                resolve.check_subject(name)
             where = _signoff_device(args, tier)
             result = paired.signoff_subjects(base, head, **where, **common)
         else:
             repo = _repo_root()
             for rev in (args.base, args.head):
-                paired.resolve_rev(repo, rev)
+                resolve.resolve_rev(repo, rev)
             where = _signoff_device(args, tier)
             result = paired.signoff_commits(repo, args.base, args.head, subjects=args.subjects, **where, **common)
-    except paired.SignoffError as exc:
+    except resolve.SignoffError as exc:
         raise UsageError(f"specsample signoff: {exc}") from None
     report, code = result.report, result.exit_code
     if not args.no_exactness:
@@ -404,7 +404,7 @@ def _when(date, fmt: str) -> str:
 
 
 def cmd_signoff_validate(args: argparse.Namespace) -> int:
-    from ..runs import validate
+    from ..runs import plants, validate
 
     if args.smoke:
         import torch
@@ -417,7 +417,7 @@ def cmd_signoff_validate(args: argparse.Namespace) -> int:
         cuda = True
     repo = Path(args.repo) if args.repo else _git_toplevel()
     machine = args.machine or (CPU_INTERPRETER_MACHINE if not cuda else _machine(args))
-    opts = validate.options(
+    opts = plants.options(
         Path(args.out),
         repo,
         smoke=args.smoke,
@@ -436,7 +436,7 @@ def cmd_signoff_validate(args: argparse.Namespace) -> int:
     )
     try:
         return validate.validate(opts)
-    except validate.ValidationError as exc:
+    except plants.ValidationError as exc:
         raise UsageError(f"specsample signoff-validate: {exc}") from None
 
 

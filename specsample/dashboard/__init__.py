@@ -7,7 +7,8 @@ The data flow reads top to bottom, one module per step:
 3. :mod:`specsample.track.changepoints`: the steps in every history series, over commits and
    over vLLM releases, regressions apart from improvements, each above the measured noise.
 4. :mod:`.render`: matplotlib figures (``matplotlib.figure.Figure``, Agg) per spec.
-5. :mod:`.page`: the HTML pages from jinja2 templates (``templates/``).
+5. :mod:`.page`: the HTML pages from jinja2 templates (``templates/``), their tables from
+   :mod:`.tables`.
 
 :func:`build_dashboard` runs them in that order. A spec whose data is missing is skipped with
 one note on the page (the reason, and the benchmarks it applies to) instead of failing the

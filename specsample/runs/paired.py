@@ -28,17 +28,14 @@ reads it unchanged; ``env`` names the side (:data:`ENVS`). Verdicts, exit code a
 :data:`.stats.PAIRED_MIN_ABS_SECONDS`).
 
 Unknown input (a rev that is not a commit, a subject that cannot be resolved, a sweep or axis
-value the tier does not have) raises :class:`SignoffError` before anything is measured; its
-message names what was given and lists what is known.
+value the tier does not have) raises :class:`.resolve.SignoffError` before anything is measured;
+its message names what was given and lists what is known (:mod:`.resolve` resolves the names).
 """
 
 from __future__ import annotations
 
-import contextlib
-import os
-import subprocess
 import time
-from collections.abc import Callable, Collection, Iterator, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -46,9 +43,10 @@ import numpy as np
 import pandas as pd
 
 from .. import tiers, worker
-from ..schema import OUR_SUBJECTS, PATH_AXES, PATH_DEFAULTS, POINT_AXES, parse_subject
+from ..schema import OUR_SUBJECTS, PATH_AXES, PATH_DEFAULTS, POINT_AXES
 from ..track.results import machine_environment, to_frame
 from ..track.signoff import report, stats
+from .resolve import SignoffError, check_subject, commit_date, repository_env, resolve_rev, subjects_absent
 
 SIDES = ("base", "head")
 # The env column names the side; the commit cannot (A/A runs compare a commit with itself).
@@ -58,10 +56,6 @@ DEFAULT_SAMPLES = 30
 CALLS_PER_SAMPLE = 10
 BENCH_MODULE = "bench_sampler"
 METRIC = "time_sample"
-
-
-class SignoffError(ValueError):
-    """A sign-off that cannot start (see the module docstring); the CLI exits 2 with it."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -281,38 +275,76 @@ class SignoffResult:
     seconds: float
 
 
-def _judge(
+@dataclass(frozen=True)
+class SignoffOptions:
+    """How a sign-off measures (:func:`measure_paired`'s keywords) and judges (the thresholds
+    of :func:`.stats.compare`, the paired ones by default; :func:`.stats.exit_code`'s flags):
+    the keyword arguments :func:`signoff_commits` and :func:`signoff_subjects` share."""
+
+    samples: int = DEFAULT_SAMPLES
+    machine: str = "unknown"
+    alpha: float = stats.ALPHA
+    min_effect: float = stats.PAIRED_MIN_EFFECT
+    min_abs_seconds: float = stats.PAIRED_MIN_ABS_SECONDS
+    allow_missing: bool = False
+    fail_on_inconclusive: bool = False
+    sampling: Mapping[str, object] | None = None
+    device: str = "cuda"
+    l2: str = "cold"
+    host: bool = False
+    environment: Mapping[str, object] | None = None
+    log: Callable[[str], None] = print
+
+
+def _measure(sides: list[Side], chosen: list[tuple[tiers.Sweep, dict]], o: SignoffOptions) -> pd.DataFrame:
+    return measure_paired(
+        *sides,
+        chosen,
+        samples=o.samples,
+        machine=o.machine,
+        device=o.device,
+        l2=o.l2,
+        host=o.host,
+        environment=o.environment,
+        log=o.log,
+        sampling=o.sampling,
+    )
+
+
+def _judged(
     frame: pd.DataFrame,
+    o: SignoffOptions,
     *,
+    compared: tuple[str, str],
+    called: tuple[str, str],
     title: str,
-    notes: list[str],
-    alpha: float,
-    min_effect: float,
-    min_abs_seconds: float,
-    allow_missing: bool,
+    tier: str,
+    sweeps,
+    start: float,
+    notes: Collection[str] = (),
     key_columns=None,
-    fail_on_inconclusive: bool = False,
-) -> tuple[pd.DataFrame, str, int]:
+) -> SignoffResult:
+    """A measured sign-off judged: ``compared`` names base and head in the result, ``called`` in
+    the report's notes on how they were measured, which ``notes`` follow."""
+    seconds = time.monotonic() - start
+    notes = [*_how_measured(frame, *called, tier, sweeps, o.samples, o.host, seconds), *notes]
     verdicts = stats.compare(
         *split_sides(frame),
-        alpha=alpha,
-        min_effect=min_effect,
-        min_abs_seconds=min_abs_seconds,
+        alpha=o.alpha,
+        min_effect=o.min_effect,
+        min_abs_seconds=o.min_abs_seconds,
         key_columns=key_columns,
     )
     text = report.report_markdown(
         verdicts,
         machine_environment(frame),
-        allow_missing=allow_missing,
-        fail_on_inconclusive=fail_on_inconclusive,
+        allow_missing=o.allow_missing,
+        fail_on_inconclusive=o.fail_on_inconclusive,
         title=title,
         notes=notes,
     )
-    return (
-        verdicts,
-        text,
-        stats.exit_code(verdicts, allow_missing=allow_missing, fail_on_inconclusive=fail_on_inconclusive),
-    )
+    code = stats.exit_code(verdicts, allow_missing=o.allow_missing, fail_on_inconclusive=o.fail_on_inconclusive)
+    return SignoffResult(*compared, frame, verdicts, text, code, seconds)
 
 
 def _how_measured(
@@ -354,34 +386,23 @@ def signoff_commits(
     sweeps: Collection[str] | None = None,
     subjects: Collection[str] | None = None,
     only: Mapping[str, Collection] | None = None,
-    samples: int = DEFAULT_SAMPLES,
-    machine: str = "unknown",
-    alpha: float = stats.ALPHA,
-    min_effect: float = stats.PAIRED_MIN_EFFECT,
-    min_abs_seconds: float = stats.PAIRED_MIN_ABS_SECONDS,
-    allow_missing: bool = False,
-    fail_on_inconclusive: bool = False,
-    sampling: Mapping[str, object] | None = None,
-    device: str = "cuda",
-    l2: str = "cold",
-    host: bool = False,
-    environment: Mapping[str, object] | None = None,
-    log: Callable[[str], None] = print,
     head_subject: Callable[[str, str], str] | None = None,
+    **options,
 ) -> SignoffResult:
     """Our subjects at ``base`` against the same subjects at ``head`` (revs of ``repo``; one
     commit on both sides is an A/A run), measured paired (:func:`measure_paired`) and judged
-    (:func:`.stats.compare`, :func:`.stats.exit_code`).
+    (:func:`.stats.compare`, :func:`.stats.exit_code`); ``options``: :class:`SignoffOptions`.
 
     ``head_subject(s, sha)``: the subject timed as head for the tier's subject ``s`` (default
     ``s@sha``); the sign-off's validation wraps some in a planted delay
-    (:func:`.validate.planted_name`).
+    (:func:`.plants.planted_name`).
 
     ``tier``, ``sweeps``, ``subjects`` and ``only`` select the points (:func:`points`). A subject
     one commit lacks is not measured and its points are one-sided. ``SignoffError`` for a rev
     that is not a commit (listing the repository's refs and newest commits), a commit whose
     package cannot be loaded, or a selection that selects nothing.
     """
+    o = SignoffOptions(**options)
     repo = Path(repo).resolve()
     start = time.monotonic()
     base_sha, head_sha = resolve_rev(repo, base), resolve_rev(repo, head)
@@ -398,36 +419,24 @@ def signoff_commits(
     if not chosen:
         raise SignoffError(f"tier {tier!r}: the selected sweeps measure none of our subjects")
     wanted = sorted({p["subject"] for _, p in chosen}, key=OUR_SUBJECTS.index)
-    log(
+    o.log(
         f"specsample signoff: base {base_sha[:8]} vs head {head_sha[:8]}, {tier} tier, {len(chosen)} points, "
-        f"{samples} samples a side, paired"
+        f"{o.samples} samples a side, paired"
     )
     with repository_env(repo):
         sides = []
         for label, sha in (("base", base_sha), ("head", head_sha)):
             absent = subjects_absent(sha, wanted, label)
             for name, why in absent.items():
-                log(f"specsample signoff: {label} {sha[:8]} has no subject {name}: its points are one-sided ({why})")
+                o.log(f"specsample signoff: {label} {sha[:8]} has no subject {name}: its points are one-sided ({why})")
             name_of = (
                 (lambda s, sha=sha: head_subject(s, sha))
                 if label == "head" and head_subject
                 else (lambda s, sha=sha: f"{s}@{sha}")
             )
-            sides.append(Side(label, sha, _commit_date(repo, sha), name_of, absent))
-        frame = measure_paired(
-            *sides,
-            chosen,
-            samples=samples,
-            machine=machine,
-            device=device,
-            l2=l2,
-            host=host,
-            environment=environment,
-            log=log,
-            sampling=sampling,
-        )
-    seconds = time.monotonic() - start
-    notes = _how_measured(frame, "base", "head", tier, sweeps, samples, host, seconds)
+            sides.append(Side(label, sha, commit_date(repo, sha), name_of, absent))
+        frame = _measure(sides, chosen, o)
+    notes = []
     if others:
         notes.append(f"Not part of a sign-off of two commits: the tier's subjects {', '.join(others)} (not ours).")
     notes += [
@@ -435,18 +444,17 @@ def signoff_commits(
         for side in sides
         for name, why in side.absent.items()
     ]
-    title = f"specsample sign-off: {head_sha[:8]} vs {base_sha[:8]}"
-    verdicts, text, code = _judge(
+    return _judged(
         frame,
-        title=title,
+        o,
+        compared=(base_sha, head_sha),
+        called=("base", "head"),
+        title=f"specsample sign-off: {head_sha[:8]} vs {base_sha[:8]}",
+        tier=tier,
+        sweeps=sweeps,
+        start=start,
         notes=notes,
-        alpha=alpha,
-        min_effect=min_effect,
-        min_abs_seconds=min_abs_seconds,
-        allow_missing=allow_missing,
-        fail_on_inconclusive=fail_on_inconclusive,
     )
-    return SignoffResult(base_sha, head_sha, frame, verdicts, text, code, seconds)
 
 
 def signoff_subjects(
@@ -457,160 +465,31 @@ def signoff_subjects(
     sweeps: Collection[str] | None = None,
     template: str = "mrv2",
     only: Mapping[str, Collection] | None = None,
-    samples: int = DEFAULT_SAMPLES,
-    machine: str = "unknown",
-    alpha: float = stats.ALPHA,
-    min_effect: float = stats.PAIRED_MIN_EFFECT,
-    min_abs_seconds: float = stats.PAIRED_MIN_ABS_SECONDS,
-    allow_missing: bool = False,
-    fail_on_inconclusive: bool = False,
-    sampling: Mapping[str, object] | None = None,
-    device: str = "cuda",
-    l2: str = "cold",
-    host: bool = False,
-    environment: Mapping[str, object] | None = None,
-    log: Callable[[str], None] = print,
+    **options,
 ) -> SignoffResult:
     """Subject ``base`` against subject ``head`` (e.g. ``vllm==0.32.0`` and ``vllm==0.33.0``,
-    or ``vllm@main`` and ``vllm@my-branch``) at the points the tier measures ``template`` at.
-    ``SignoffError`` for a subject that cannot be resolved (listing the known ones)."""
+    or ``vllm@main`` and ``vllm@my-branch``) at the points the tier measures ``template`` at;
+    ``options``: :class:`SignoffOptions`. ``SignoffError`` for a subject that cannot be
+    resolved (listing the known ones)."""
+    o = SignoffOptions(**options)
     start = time.monotonic()
     for name in (base, head):
         check_subject(name)
     chosen = points(tier, sweeps, [template], only)
-    log(
-        f"specsample signoff: base {base} vs head {head}, {tier} tier, {len(chosen)} points, {samples} samples "
+    o.log(
+        f"specsample signoff: base {base} vs head {head}, {tier} tier, {len(chosen)} points, {o.samples} samples "
         f"a side, paired"
     )
     sides = [Side("base", None, None, lambda s: base), Side("head", None, None, lambda s: head)]
-    frame = measure_paired(
-        *sides,
-        chosen,
-        samples=samples,
-        machine=machine,
-        device=device,
-        l2=l2,
-        host=host,
-        environment=environment,
-        log=log,
-        sampling=sampling,
-    )
-    seconds = time.monotonic() - start
-    notes = _how_measured(frame, f"`{base}`", f"`{head}`", tier, sweeps, samples, host, seconds)
-    key = [c for c in stats.default_key(frame, frame) if c != "subject"]
-    verdicts, text, code = _judge(
+    frame = _measure(sides, chosen, o)
+    return _judged(
         frame,
+        o,
+        compared=(base, head),
+        called=(f"`{base}`", f"`{head}`"),
         title=f"specsample sign-off: {head} vs {base}",
-        notes=notes,
-        alpha=alpha,
-        min_effect=min_effect,
-        min_abs_seconds=min_abs_seconds,
-        allow_missing=allow_missing,
-        key_columns=key,
-        fail_on_inconclusive=fail_on_inconclusive,
+        tier=tier,
+        sweeps=sweeps,
+        start=start,
+        key_columns=[c for c in stats.default_key(frame, frame) if c != "subject"],
     )
-    return SignoffResult(base, head, frame, verdicts, text, code, seconds)
-
-
-# ---------------------------------------------------------------------------------------------
-# Names: commits and subjects, resolved before anything is measured
-# ---------------------------------------------------------------------------------------------
-
-
-@contextlib.contextmanager
-def repository_env(repo: Path) -> Iterator[None]:
-    """``$SPECSAMPLE_REPO`` = ``repo`` inside (the workers resolve ``NAME@COMMIT`` there), as
-    before afterwards."""
-    saved = os.environ.get("SPECSAMPLE_REPO")
-    os.environ["SPECSAMPLE_REPO"] = str(repo)
-    try:
-        yield
-    finally:
-        if saved is None:
-            os.environ.pop("SPECSAMPLE_REPO", None)
-        else:
-            os.environ["SPECSAMPLE_REPO"] = saved
-
-
-def resolve_rev(repo: Path, rev: str) -> str:
-    """The full hash of ``rev`` in ``repo``; ``SignoffError`` naming it and listing the
-    repository's refs and newest commits otherwise."""
-    from ..subjects.base import SubjectError
-    from ..subjects.commits import resolve_commit
-
-    try:
-        return resolve_commit(repo, rev)
-    except SubjectError:
-        raise SignoffError(f"{rev!r} is not a commit of {repo}; {known_revs(repo)}") from None
-
-
-def known_revs(repo: Path, newest: int = 5, max_refs: int = 20) -> str:
-    """The branches, tags and newest commits of ``repo``, for an error message."""
-
-    def git(*args: str) -> list[str]:
-        proc = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True)
-        return proc.stdout.splitlines() if proc.returncode == 0 else []
-
-    refs = git("for-each-ref", "--format=%(refname:short)", "refs/heads", "refs/tags")
-    log = git("log", f"-{newest}", "--format=%h %s")
-    if not refs and not log:
-        return "it is not a git repository with commits"
-    more = f" (and {len(refs) - max_refs} more)" if len(refs) > max_refs else ""
-    return f"known refs: {', '.join(refs[:max_refs]) or 'none'}{more}; newest commits: " + "; ".join(log)
-
-
-def subjects_absent(sha: str, names: Collection[str], label: str = "commit") -> dict[str, str]:
-    """Which of our subjects ``names`` commit ``sha`` does not have, with the reason. Loads the
-    commit's package in this process (once per process, :mod:`specsample.subjects.commits`);
-    ``SignoffError`` when it cannot be loaded at all (that is not a missing subject)."""
-    from .. import subjects
-    from ..subjects import commits
-
-    try:
-        commits.checkout(sha)
-    except subjects.SubjectError as exc:
-        raise SignoffError(f"{label} {sha[:8]} cannot be measured: {exc}") from None
-    absent = {}
-    for name in names:
-        try:
-            subjects.get(f"{name}@{sha}")
-        except subjects.SubjectError as exc:
-            # "NAME@SHA: the commit has no subject 'NAME' (its registry's own error)": the first
-            # part says it; the registry's message (a list of forms) would only bury it.
-            text = str(exc)
-            absent[name] = "its registry has no such subject" if "has no subject" in text else text
-    return absent
-
-
-def check_subject(name: str) -> None:
-    """Resolve subject ``name`` here (loading it once); ``SignoffError`` naming it and listing
-    the known subjects when it cannot be."""
-    from .. import subjects
-
-    try:
-        parse_subject(name)
-        subjects.get(name)
-    except (subjects.SubjectError, ValueError) as exc:
-        raise SignoffError(f"{exc}; {known_subjects()}") from None
-
-
-def known_subjects() -> str:
-    """What subject names resolve here, for an error message."""
-    from ..subjects.vllm import store
-
-    try:
-        cached = store.cached_releases()
-    except Exception:  # noqa: BLE001 - an unreadable cache lists nothing
-        cached = []
-    cached_text = ", ".join(f"vllm=={v}" for v in cached) or "none"
-    return (
-        f"known subjects: {', '.join(OUR_SUBJECTS)} (ours); NAME@COMMIT (one of ours at a commit); vLLM "
-        f"releases in the cache: {cached_text} (`specsample vllm fetch X.Y.Z` fetches one of "
-        f"{', '.join(tiers.MRV2_RELEASES)}); vllm@REF (a commit of --vllm-repo); vllm (the installed one)"
-    )
-
-
-def _commit_date(repo: Path, sha: str) -> str:
-    return subprocess.run(
-        ["git", "-C", str(repo), "show", "-s", "--format=%cI", sha], capture_output=True, text=True, check=True
-    ).stdout.strip()
