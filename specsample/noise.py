@@ -4,7 +4,7 @@ As nvbench does, a measurement does not take a fixed count of samples: it sample
 relative half-width of the median's confidence interval (:func:`relative_halfwidth`) is under
 a target (:data:`DEFAULT_NOISE_TARGET`, 0.5%), or until a time cap. A point that stops on the
 cap is marked ``capped``; sign-off then calls it ``inconclusive`` unless it is clearly slower or
-faster (:func:`specsample.track.signoff.stats.four_way`), never ``same``.
+faster (:func:`specsample.track.signoff.verdict.four_way`), never ``same``.
 
 No torch here; :func:`specsample.timing.interleave` calls :func:`reached`.
 """

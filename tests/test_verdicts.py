@@ -1,4 +1,4 @@
-"""The four-way verdict (specsample.track.signoff.stats.four_way) against known distributions:
+"""The four-way verdict (specsample.track.signoff.verdict.four_way) against known distributions:
 how often each verdict comes out when the truth is known."""
 
 from __future__ import annotations
@@ -8,7 +8,8 @@ import pandas as pd
 import pytest
 
 from specsample.track.signoff import stats
-from specsample.track.signoff.stats import compare_samples, equivalence_p
+from specsample.track.signoff.stats import compare_samples
+from specsample.track.signoff.verdict import EQUIVALENCE_ALPHA, equivalence_p
 
 TRIALS = 200
 
@@ -53,7 +54,7 @@ def test_equivalence_test_holds_its_level_at_the_margin():
     for _ in range(400):
         a = 50e-6 + rng.normal(0, 1e-6, 30)
         b = 50e-6 + margin + rng.normal(0, 1e-6, 30)
-        shown += equivalence_p(a, b, margin) < stats.EQUIVALENCE_ALPHA
+        shown += equivalence_p(a, b, margin) < EQUIVALENCE_ALPHA
     assert shown / 400 <= 0.08
 
 

@@ -41,7 +41,7 @@ class BisectError(ValueError):
 
 @dataclass(frozen=True)
 class Comparison:
-    """One paired comparison of a commit against an end (:func:`specsample.track.signoff.stats.
+    """One paired comparison of a commit against an end (:func:`specsample.track.signoff.verdict.
     four_way`): its verdict and ``ratio`` = commit / end (medians)."""
 
     verdict: str  # "slower" | "faster" | "same" | "inconclusive"

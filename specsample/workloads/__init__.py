@@ -7,8 +7,8 @@ passed, dtypes, temperatures and how closely the draft agrees with the target.
 :func:`bytes_required` gives the traffic an ideal sampler needs for it (spec sections 1.1, 1.2
 and 5.5).
 
-The mode, pattern and draft names (:data:`MODES`, :data:`PATTERNS`, :data:`DRAFTS`) are append-only: results key on them, so an existing
-name must never change meaning.
+The mode, pattern and draft names (:data:`MODES`, :data:`PATTERNS`, :data:`DRAFTS`) are
+append-only: results key on them, so an existing name must never change meaning.
 
 Determinism and devices
 -----------------------

@@ -1,7 +1,8 @@
 """Sign-off: is head slower than base, and did it break anything?
 
-- :mod:`.stats`: pairing two sides' points, significance, verdicts and the exit code (pure
-  frame -> frame functions, thresholds as keyword arguments);
+- :mod:`.stats`: pairing two sides' points, their verdicts and the exit code (pure frame ->
+  frame functions, thresholds as keyword arguments);
+- :mod:`.verdict`: one point's significance, equivalence, four-way verdict and spread;
 - :mod:`.report`: the markdown report of a verdicts frame;
 - :mod:`.exactness_rows`: the exactness check's rows as a frame.
 
@@ -9,7 +10,7 @@ Pure: frame in, frame out. Measuring paired and the sign-off's validation run th
 live in :mod:`specsample.runs` (:mod:`~specsample.runs.paired`, :mod:`~specsample.runs.validate`).
 """
 
-from . import report, stats
+from . import report, stats, verdict
 from .report import format_value, point_label, report_markdown
 from .stats import (
     ALPHA,
@@ -20,7 +21,6 @@ from .stats import (
     ONE_SIDED_VERDICTS,
     PAIRED_MIN_ABS_SECONDS,
     PAIRED_MIN_EFFECT,
-    TESTS,
     TIME_UNITS,
     VERDICT_COLUMNS,
     VERDICTS,
@@ -31,11 +31,9 @@ from .stats import (
     default_key,
     exit_code,
     median_ci,
-    min_p_value,
     newest_commit_with,
-    noise_level,
-    relative_iqr,
 )
+from .verdict import TESTS, min_p_value, noise_level, relative_iqr
 
 __all__ = [
     "ALPHA",
@@ -66,4 +64,5 @@ __all__ = [
     "report",
     "report_markdown",
     "stats",
+    "verdict",
 ]

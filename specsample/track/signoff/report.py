@@ -19,7 +19,7 @@ import pandas as pd
 from ...schema import SYMBOLS
 from ...schema import PATH_DEFAULTS
 from ..results import PARAM_COLUMNS
-from . import stats
+from . import stats, verdict
 
 # Short labels for the point column; the frame keeps the full names.
 _PARAM_LABELS = {k: v for k, v in SYMBOLS.items() if k != "placeholder_pattern"}
@@ -140,7 +140,7 @@ def _thresholds_line(verdicts: pd.DataFrame) -> str:
         f"A point is slower (a regression) or faster when the change is significant at p < {t['alpha']:g} "
         f"(Mann-Whitney U, or non-overlapping 99% CIs) and larger than {100 * t['min_effect']:g}%{also}; "
         f"same when two one-sided tests show it within ±{100 * delta:g}% "
-        f"(p < {t.get('equivalence_alpha', stats.EQUIVALENCE_ALPHA):g}); inconclusive otherwise. "
+        f"(p < {t.get('equivalence_alpha', verdict.EQUIVALENCE_ALPHA):g}); inconclusive otherwise. "
         f"A crashed or failed point, a semantics violation at head only, or a point measured "
         f"on one side only (unless allowed) fails the sign-off (exit 2)."
     )

@@ -5,15 +5,8 @@ Every function takes frames shaped like :func:`specsample.track.results.load_res
 files, measures or parses arguments (:mod:`specsample.cli`, :mod:`specsample.commands` and
 :mod:`specsample.runs.paired` do). Thresholds are keyword arguments.
 
-The test mirrors ``asv continuous`` (asv 0.6.6, ``asv/_stats.py: is_different``): a two-sided
-Mann-Whitney U on the recorded samples when the sample sizes can reach ``p < alpha`` at all,
-otherwise non-overlapping 99% confidence intervals; ``track_*`` points have neither and are
-judged on the ratio alone, as ``asv compare`` does. A point is ``slower`` (a regression) only if
-the change is significant *and* larger than ``min_effect``: statistically real shifts smaller
-than the measurement's drift are not worth blocking a PR over. A point that is neither slower
-nor faster is ``same`` only where two one-sided tests show it equivalent within ``±delta``
-(default ``min_effect``), and ``inconclusive`` otherwise (:func:`four_way`): "not significant"
-and "shown unchanged" are different answers.
+Each point both sides measured is judged by :mod:`.verdict`: significance as ``asv continuous``
+judges it, then ``slower``, ``faster``, ``same`` or ``inconclusive`` (:func:`.verdict.four_way`).
 
 Two defaults for ``min_effect``, because the drift depends on how the two sides were measured:
 
@@ -62,6 +55,7 @@ from ...noise import median_ci
 from ...schema import BANDWIDTH_METRIC, SEMANTICS
 from ...schema import PATH_AXES
 from ..results import COLUMNS, PARAM_COLUMNS
+from .verdict import EQUIVALENCE_ALPHA, finite_samples, four_way, is_finite, min_p_value, relative_iqr, significance
 
 # ---------------------------------------------------------------------------------------------
 # Contract
@@ -70,22 +64,15 @@ from ..results import COLUMNS, PARAM_COLUMNS
 # Every verdict compare() can return, by what it means for the exit code (exit_code()):
 # compared points (both sides ok), failures (exit 2), one-sided points (exit 2 unless allowed),
 # and points both sides skipped (not applicable; no effect).
-# The four-way verdict of a compared point (:func:`four_way`): slower, faster, same (shown
-# equivalent within the margin by two one-sided tests), inconclusive (neither shown).
+# The four-way verdict of a compared point (:func:`.verdict.four_way`): slower, faster, same
+# (shown equivalent within the margin by two one-sided tests), inconclusive (neither shown).
 COMPARED_VERDICTS: tuple[str, ...] = ("slower", "faster", "same", "inconclusive")
 FAILED_VERDICTS: tuple[str, ...] = ("crashed", "failed", "violation")
 ONE_SIDED_VERDICTS: tuple[str, ...] = ("missing", "new")
 VERDICTS: tuple[str, ...] = (*COMPARED_VERDICTS, *FAILED_VERDICTS, *ONE_SIDED_VERDICTS, "skipped")
 
-# How significance was decided for a point.
-TESTS: tuple[str, ...] = ("mann-whitney", "ci-overlap", "ratio-only", "none")
-
 # asv's default significance level (asv continuous / compare).
 ALPHA = 0.002
-# Level of each one-sided test of the equivalence (TOST) behind "same": the usual 5%, i.e. a 90%
-# interval of the shift inside the margin. "same" must be shown; failing to show it says
-# "inconclusive", never "same".
-EQUIVALENCE_ALPHA = 0.05
 # min_effect defaults (module docstring): paired in-process sign-off, separate-process results.
 PAIRED_MIN_EFFECT = 0.02
 ASV_MIN_EFFECT = 0.05
@@ -184,7 +171,7 @@ def compare(
         Metric names (method names) where a larger value is better.
     delta : float, optional
         Equivalence margin of ``same`` (relative; default ``min_effect``), widened to
-        ``min_abs_seconds`` for time points (:func:`four_way`).
+        ``min_abs_seconds`` for time points (:func:`.verdict.four_way`).
     equivalence_alpha : float
         Level of each one-sided test of the equivalence (:data:`EQUIVALENCE_ALPHA`).
 
@@ -193,7 +180,8 @@ def compare(
     DataFrame
         The key columns, then :data:`VERDICT_COLUMNS`; ``verdict`` is one of :data:`VERDICTS`
         (see the module docstring for the strict ones): a compared point is ``slower``,
-        ``faster``, ``same`` or ``inconclusive`` (:func:`four_way`). ``ratio`` is always head / base.
+        ``faster``, ``same`` or ``inconclusive`` (:func:`.verdict.four_way`). ``ratio`` is always
+        head / base.
         Thresholds are kept in ``.attrs["thresholds"]`` for the report.
 
     Raises
@@ -331,7 +319,7 @@ def _judge(
     out["base_value"] = pairs["base_value"].astype("float64")
     out["head_value"] = pairs["head_value"].astype("float64")
     out["ratio"] = out["head_value"] / out["base_value"]
-    tests = [_significance(row, alpha) for row in pairs.itertuples(index=False)]
+    tests = [significance(row, alpha) for row in pairs.itertuples(index=False)]
     out["p_value"] = np.array([t[0] for t in tests], dtype="float64")
     out["test"] = pd.array([t[1] for t in tests], dtype="str")
     out["significant"] = np.array([t[2] for t in tests], dtype=bool)
@@ -359,14 +347,14 @@ def _judge(
             continue
         unit_seconds = per_unit.iat[i]
         verdict, p_eq = four_way(
-            _clean(getattr(row, "base_samples", None)),
-            _clean(getattr(row, "head_samples", None)),
+            finite_samples(getattr(row, "base_samples", None)),
+            finite_samples(getattr(row, "head_samples", None)),
             base_value=out["base_value"].iat[i],
             head_value=out["head_value"].iat[i],
             significant=bool(out["significant"].iat[i]),
             min_effect=min_effect,
             delta=delta,
-            min_abs=min_abs_seconds / unit_seconds if _finite(unit_seconds) else 0.0,
+            min_abs=min_abs_seconds / unit_seconds if is_finite(unit_seconds) else 0.0,
             higher_is_better=out["metric"].iat[i] in higher_is_better,
             equivalence_alpha=equivalence_alpha,
             ci=tuple(getattr(row, f"{s}_{c}", math.nan) for s in ("base", "head") for c in ("ci_lo", "ci_hi")),
@@ -396,7 +384,8 @@ def _status_verdict(
     ratio: float,
 ) -> str | None:
     """A point's verdict when it was not compared (the order of the checks is the precedence,
-    module docstring), or ``None`` when both sides measured it and :func:`four_way` judges it."""
+    module docstring), or ``None`` when both sides measured it and :func:`.verdict.four_way`
+    judges it."""
     if merge == "left_only":
         return "missing"
     if merge == "right_only":
@@ -419,59 +408,6 @@ def _status_verdict(
     return None
 
 
-def four_way(
-    base_samples: np.ndarray | None,
-    head_samples: np.ndarray | None,
-    *,
-    base_value: float,
-    head_value: float,
-    significant: bool,
-    min_effect: float,
-    delta: float,
-    min_abs: float = 0.0,
-    higher_is_better: bool = False,
-    equivalence_alpha: float = EQUIVALENCE_ALPHA,
-    ci: tuple[float, float, float, float] = (math.nan,) * 4,
-    capped: bool = False,
-) -> tuple[str, float]:
-    """``(verdict, equivalence p)`` of one point both sides measured: ``slower``, ``faster``,
-    ``same`` or ``inconclusive``.
-
-    * ``slower`` / ``faster``: the difference is significant (``significant``, the Mann-Whitney
-      or CI test of :func:`_significance`) and beyond ``min_effect`` and ``min_abs`` (in the
-      point's unit), in the direction the metric counts as worse / better.
-    * ``same``: head is shown equivalent to base within the margin ``m = max(delta * base,
-      min_abs)`` by two one-sided tests (TOST): Mann-Whitney U of ``head - m`` below base and
-      of ``head + m`` above base, each at ``equivalence_alpha``; the larger of the two p-values
-      is returned. With too few samples for the tests, the 99% CIs of the two medians must lie
-      within ``m`` of each other; with no samples at all (``track_*``), the ratio within
-      ``1 ± delta``.
-    * ``inconclusive``: neither shown; always when ``capped`` (a side stopped on the time cap
-      before reaching its noise target) and the point is not slower or faster.
-    """
-    slower_ratio = (base_value / head_value) if higher_is_better else (head_value / base_value)
-    beyond_abs = abs(head_value - base_value) > min_abs
-    if significant and beyond_abs and slower_ratio > 1.0 + min_effect:
-        return "slower", math.nan
-    if significant and beyond_abs and slower_ratio < 1.0 / (1.0 + min_effect):
-        return "faster", math.nan
-    margin = max(delta * abs(base_value), min_abs)
-    if base_samples is not None and head_samples is not None:
-        n_a, n_b = len(base_samples), len(head_samples)
-        if 2 * min_p_value(n_a, n_b) < 2 * equivalence_alpha:  # one-sided exact minimum is half
-            p = equivalence_p(base_samples, head_samples, margin)
-            shown = p < equivalence_alpha
-            return ("inconclusive" if capped or not shown else "same"), p
-    if all(_finite(x) for x in ci):
-        base_lo, base_hi, head_lo, head_hi = ci
-        shown = max(head_hi - base_lo, base_hi - head_lo) <= margin
-        return ("inconclusive" if capped or not shown else "same"), math.nan
-    if base_samples is None and head_samples is None and not any(_finite(x) for x in ci):
-        # track_* points: one number each, judged on the ratio as asv compare does.
-        return ("same" if abs(head_value - base_value) <= margin else "inconclusive"), math.nan
-    return "inconclusive", math.nan
-
-
 def compare_samples(
     base_samples,
     head_samples,
@@ -486,7 +422,7 @@ def compare_samples(
     """One pair of sample lists (seconds, lower is better) judged as :func:`compare` judges a
     point: ``{"verdict", "ratio", "p_value", "equivalence_p", "test"}``. For callers that hold
     samples, not frames (``specsample bisect``)."""
-    a, b = _clean(list(base_samples)), _clean(list(head_samples))
+    a, b = finite_samples(list(base_samples)), finite_samples(list(head_samples))
     if a is None or b is None:
         raise ValueError("compare_samples: both sides need samples")
     base_value, head_value = float(np.median(a)), float(np.median(b))
@@ -512,97 +448,9 @@ def compare_samples(
     return {"verdict": verdict, "ratio": head_value / base_value, "p_value": p, "equivalence_p": p_eq, "test": test}
 
 
-def equivalence_p(base_samples, head_samples, margin: float) -> float:
-    """p-value of the two one-sided tests (TOST) that head's location is within ``margin`` of
-    base's: the larger of Mann-Whitney U p(``head - margin`` < base) and p(``head + margin`` >
-    base). Below a level, both shifts are rejected at that level: equivalence shown."""
-    a = np.asarray(base_samples, dtype="float64")
-    b = np.asarray(head_samples, dtype="float64")
-    upper = scipy_stats.mannwhitneyu(b - margin, a, alternative="less").pvalue
-    lower = scipy_stats.mannwhitneyu(b + margin, a, alternative="greater").pvalue
-    return float(max(upper, lower))
-
-
 # ---------------------------------------------------------------------------------------------
-# Significance
+# Counts and exit code
 # ---------------------------------------------------------------------------------------------
-
-
-def _significance(row, alpha: float) -> tuple[float, str, bool]:
-    """(p_value, test, significant) for one paired row."""
-    if getattr(row, "base_status", None) != "ok" or getattr(row, "head_status", None) != "ok":
-        return math.nan, "none", False
-    a, b = _clean(getattr(row, "base_samples", None)), _clean(getattr(row, "head_samples", None))
-    if a is not None and b is not None and min_p_value(len(a), len(b)) < alpha:
-        p = float(scipy_stats.mannwhitneyu(a, b, alternative="two-sided").pvalue)
-        return p, "mann-whitney", p < alpha
-    ci = [getattr(row, f"{s}_{c}", math.nan) for s in ("base", "head") for c in ("ci_lo", "ci_hi")]
-    if all(_finite(x) for x in ci):
-        base_lo, base_hi, head_lo, head_hi = ci
-        overlap = base_hi >= head_lo and base_lo <= head_hi
-        return math.nan, "ci-overlap", not overlap
-    # track_* points: one number, no spread; asv compare judges them on the ratio alone.
-    return math.nan, "ratio-only", True
-
-
-def min_p_value(n_a: int, n_b: int) -> float:
-    """Smallest two-sided exact Mann-Whitney p-value reachable with these sample sizes.
-
-    With 5 samples a side it is 2 / C(10, 5) = 0.0079, so p < 0.002 is impossible and asv falls
-    back to confidence intervals; we do the same rather than call everything unchanged.
-    """
-    if n_a == 0 or n_b == 0:
-        return 1.0
-    return min(1.0, 2.0 / math.comb(n_a + n_b, n_a))
-
-
-def _clean(samples: object) -> np.ndarray | None:
-    if not isinstance(samples, (list, tuple, np.ndarray)):
-        return None
-    arr = np.asarray(samples, dtype="float64")
-    arr = arr[np.isfinite(arr)]
-    return arr if arr.size else None
-
-
-def _finite(x: object) -> bool:
-    return x is not None and x is not pd.NA and np.isfinite(float(x))
-
-
-# ---------------------------------------------------------------------------------------------
-# Noise and exit code
-# ---------------------------------------------------------------------------------------------
-
-
-def relative_iqr(df: pd.DataFrame) -> pd.Series:
-    """Per row (q75 - q25) / value; from the samples where asv stored no quartiles."""
-    value = df["value"].astype("float64") if "value" in df else pd.Series(np.nan, df.index)
-    q25 = df["q25"].astype("float64") if "q25" in df else pd.Series(np.nan, df.index)
-    q75 = df["q75"].astype("float64") if "q75" in df else pd.Series(np.nan, df.index)
-    if "samples" in df:
-        from_samples = df["samples"].map(_sample_quartiles)
-        q25 = q25.fillna(from_samples.map(lambda q: q[0]))
-        q75 = q75.fillna(from_samples.map(lambda q: q[1]))
-    return ((q75 - q25) / value).astype("float64")
-
-
-def _sample_quartiles(samples: object) -> tuple[float, float]:
-    arr = _clean(samples)
-    if arr is None:
-        return math.nan, math.nan
-    q25, q75 = np.percentile(arr, [25, 75])
-    return float(q25), float(q75)
-
-
-def noise_level(df: pd.DataFrame) -> float:
-    """Median relative IQR over the points that have a spread (time_* with stats or samples).
-
-    A single number for "how noisy was this run": changes smaller than a few times this are not
-    worth reading into. NaN when no point has a spread.
-    """
-    ok = df["status"] == "ok" if "status" in df else pd.Series(True, df.index)
-    rel = relative_iqr(df[ok])
-    rel = rel[np.isfinite(rel)]
-    return float(rel.median()) if len(rel) else math.nan
 
 
 def counts(verdicts: pd.DataFrame) -> dict[str, int]:
