@@ -13,6 +13,7 @@ import pytest
 from specsample.schema import axis_name
 
 from specsample.track import results
+from specsample.track.results import loader
 from specsample.track.results import (
     COLUMNS,
     Problem,
@@ -358,7 +359,7 @@ def test_split_benchmark_name(name, expected):
 def test_tiers_and_axes_match_the_suite():
     from specsample import schema, tiers
 
-    assert [t.lower() for t in results.TIERS] == list(schema.TIERS)
+    assert [t.lower() for t in loader.TIERS] == list(schema.TIERS)
     assert {s.tier for s in tiers.sweeps()} <= set(schema.TIERS)
     assert set(results.PARAM_COLUMNS) == {a for s in tiers.sweeps() for a in s.axis_names}
 
@@ -366,8 +367,8 @@ def test_tiers_and_axes_match_the_suite():
 def test_api_versions_match_installed_asv():
     asv_results = pytest.importorskip("asv.results")
     asv_benchmarks = pytest.importorskip("asv.benchmarks")
-    assert results.RESULTS_API_VERSION == asv_results.Results.api_version
-    assert results.BENCHMARKS_API_VERSION == asv_benchmarks.Benchmarks.api_version
+    assert loader.RESULTS_API_VERSION == asv_results.Results.api_version
+    assert loader.BENCHMARKS_API_VERSION == asv_benchmarks.Benchmarks.api_version
 
 
 # ---------------------------------------------------------------------------------------------
