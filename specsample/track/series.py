@@ -19,6 +19,7 @@ from .signoff.stats import (
     PAIRED_MIN_EFFECT,
     TIME_UNITS,
 )
+from .signoff.verdict import relative_iqr
 
 DIMENSIONS = ("commits", "releases")
 DIRECTIONS = ("regression", "improvement")
@@ -165,7 +166,7 @@ def _series_points(frame: pd.DataFrame, dimension: str) -> pd.DataFrame:
         lo=np.where(has_ci, np.minimum(ci_lo, value), value),
         hi=np.where(has_ci, np.maximum(ci_hi, value), value),
         weight=np.where(has_ci & (ci_hi > ci_lo), 2 / (ci_hi - ci_lo), np.nan),
-        _iqr=_relative_iqr(ok),
+        _iqr=relative_iqr(ok).to_numpy(),
         _seconds=_seconds(ok),
     )
     columns = [*key, "position"]
@@ -240,17 +241,6 @@ def _seconds(rows: pd.DataFrame) -> np.ndarray:
     """Each row's value in seconds (every series' metric is a time: :data:`DERIVED_METRICS`
     are not series); NaN for a unit that is not a time."""
     return rows["value"].to_numpy(dtype="float64") * rows["unit"].map(TIME_UNITS).to_numpy(dtype="float64")
-
-
-def _relative_iqr(rows: pd.DataFrame) -> np.ndarray:
-    """(q75 - q25) / value per row: the stored quartiles, else the samples' own; NaN if neither."""
-    q25 = rows["q25"].to_numpy(dtype="float64", copy=True)
-    q75 = rows["q75"].to_numpy(dtype="float64", copy=True)
-    samples = rows["samples"].to_numpy(dtype=object)
-    for i in np.flatnonzero(~(np.isfinite(q25) & np.isfinite(q75))):
-        if isinstance(samples[i], (list, tuple, np.ndarray)) and len(samples[i]) >= 2:
-            q25[i], q75[i] = np.percentile(np.asarray(samples[i], dtype="float64"), [25, 75])
-    return (q75 - q25) / rows["value"].astype("float64").to_numpy()
 
 
 def _candidate_series(points: pd.DataFrame, key: list[str]):

@@ -21,8 +21,6 @@ WATERMARK_KEY = 0x5EC5A3D1E0C0FFEE
 # FLy: vLLM's defaults for the threshold and the top-k of its entropy.
 FLY_ENTROPY_THRESHOLD = 0.3
 FLY_ENTROPY_TOP_K = 3
-# a sharded draft-logits cache: this many tensor-parallel ranks; the workload is one rank's batch.
-SHARD_RANKS = 2
 
 
 def make_inputs(w: Workload, device: str | torch.device = "cpu") -> dict:
