@@ -17,9 +17,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 from matplotlib.backends.backend_agg import FigureCanvasAgg
+from site_pages import ASV_NAME, drawn_figures, rows, visible_text
+from site_pages import section as _section
 
 from specsample.cli import main
 from specsample.dashboard import FIGURES, MissingData, build_dashboard, render_figure
+from specsample.dashboard.names import benchmark_label
+from specsample.dashboard.specs import PLACEHOLDER_CHANGE_TEXT
 from specsample.track import changepoints
 from specsample.track.results import commit_order, load_results
 
@@ -56,12 +60,6 @@ def _spec(name: str):
 
 def _panels(fig) -> list:
     return [ax for ax in fig.axes if ax.get_visible() and ax.get_label() != "<colorbar>"]
-
-
-def _section(text: str, section_id: str) -> str:
-    match = re.search(rf'<section id="{section_id}">(.*?)</section>', text, re.S)
-    assert match, f"no section {section_id}"
-    return match.group(1)
 
 
 def test_no_change_is_flagged_where_the_code_did_not_change(real_df):
@@ -212,8 +210,51 @@ def test_every_figure_has_a_title_axis_labels_and_mode_order(real_df):
 
 def test_alt_texts_name_the_benchmark(real_site):
     _, page = real_site
-    images = re.findall(r'<img src="figures/([^"]+)\.png" alt="([^"]+)"', page)
+    images = re.findall(r'<img src="figures/([^"]+)\.png" alt="([^"]+)" title="([^"]+)"', page)
     assert images
-    for stem, alt in images:
-        benchmark = alt.rsplit(" — ", 1)[-1]
-        assert benchmark.startswith("bench_") and stem.endswith(benchmark), (stem, alt)
+    for stem, alt, benchmark in images:  # readable in the alt text, asv's name in the tooltip
+        assert benchmark.startswith("bench_") and stem.endswith(benchmark), (stem, benchmark)
+        assert alt.rsplit(" — ", 1)[-1] == benchmark_label(benchmark), (alt, benchmark)
+
+
+def test_the_committed_site_is_what_the_build_writes(real_site):
+    """dashboards/ is rebuilt and committed with every change to results/ or to the dashboard
+    (``python -m specsample dashboard --machine h200``): its pages are what the build writes now,
+    and it holds the same figures."""
+    out, _ = real_site
+    committed = RESULTS.parent / "dashboards"
+    if not (committed / "index.html").is_file():
+        pytest.skip("no committed dashboards/ in this checkout")
+    for page in ("index.html", "releases.html"):
+        built = (out / page).read_text(encoding="utf-8")
+        assert (committed / page).read_text(encoding="utf-8") == built, f"dashboards/{page} is stale: rebuild it"
+    assert {p.name for p in (committed / "figures").glob("*.png")} == {p.name for p in (out / "figures").glob("*.png")}
+
+
+def test_first_run_traps_on_the_committed_site(real_site):
+    """Issue 40's first-run traps (tests/test_dashboard_first_run.py checks each on known data)."""
+    out, index = real_site
+    releases = (out / "releases.html").read_text(encoding="utf-8")
+    # the fastest release per mode, at the base point
+    fastest = {r[0]: r for r in rows(_section(releases, "fastest-release"))}
+    for mode in MODE_ORDER:
+        assert fastest[mode][1].startswith("vllm=="), fastest[mode]
+    # reference peers do not top the ranked tables
+    for section in ("regressions", "improvements", "shifts"):
+        ranked = _section(index, section).split('<details class="references">', 1)[0]
+        assert not {r[3] for r in rows(ranked)} & {"torch-eager", "flashinfer", "flashinfer-kernel"}, section
+    # readable benchmark names only
+    for page in (index, releases):
+        assert not ASV_NAME.search(visible_text(page))
+    # what PR #50939 changed, in one sentence, where the pages discuss it
+    assert PLACEHOLDER_CHANGE_TEXT in visible_text(_section(releases, "placeholder-drop"))
+    assert PLACEHOLDER_CHANGE_TEXT in visible_text(_section(index, "placeholder-panel"))
+
+
+def test_figures_over_r_have_a_log_x_axis(real_df):
+    over_r = [s for s in FIGURES if s.x == "num_reqs" and s.kind != "heatmap"]  # a heatmap's cells are no axis
+    drawn = list(drawn_figures(over_r, lambda spec: real_df))
+    assert len(drawn) >= 2
+    for _, stem, fig in drawn:
+        for ax in _panels(fig):
+            assert ax.get_xscale() == "log", stem

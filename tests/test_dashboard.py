@@ -19,9 +19,22 @@ import pandas as pd
 import pytest
 import synthetic_results as sr
 from matplotlib.backends.backend_agg import FigureCanvasAgg
+from site_pages import rows as _rows
+from site_pages import section as _section
 
-from specsample.dashboard import FIGURES, FigureSpec, MissingData, build_dashboard, render_figure
-from specsample.dashboard import page, render, select, specs, tables
+from specsample.dashboard import (
+    FIGURES,
+    FigureSpec,
+    MissingData,
+    build_dashboard,
+    names,
+    page,
+    render,
+    render_figure,
+    select,
+    specs,
+    tables,
+)
 from specsample.track import changepoints
 from specsample.track.results import load_results
 
@@ -62,19 +75,6 @@ def site(df, results, tmp_path_factory):
 
 def _sources(text: str) -> list[str]:
     return re.findall(r'<img src="([^"]+)"', text)
-
-
-def _section(text: str, section_id: str) -> str:
-    match = re.search(rf'<section id="{section_id}">(.*?)</section>', text, re.S)
-    assert match, f"no section {section_id}"
-    return match.group(1)
-
-
-def _rows(html_table: str) -> list[list[str]]:
-    """Cells of every body row of the tables in ``html_table``, tags stripped."""
-    rows = re.findall(r"<tr[^>]*>(.*?)</tr>", html_table, re.S)
-    cells = [re.findall(r"<td[^>]*>(.*?)</td>", row, re.S) for row in rows]
-    return [[re.sub(r"<[^>]+>", "", c).strip() for c in row] for row in cells if row]
 
 
 def _spec(name: str) -> FigureSpec:
@@ -154,8 +154,8 @@ def test_the_newest_vs_previous_summary_comes_first(site):
     assert sr.commit_hash("commit-5")[:8] in newest
     rows = _rows(newest)
     benchmarks = {r[0] for r in rows}
-    assert "NightlyBatchLatency.time_sample" in benchmarks
-    assert all(r[-2] == "0" for r in rows if r[0].startswith("NightlyBatch"))
+    assert "Batch sweep (nightly) · latency (asv samples)" in benchmarks
+    assert all(r[-2] == "0" for r in rows if r[0].startswith("Batch sweep (nightly)"))
 
 
 def test_the_regressions_and_improvements_tables_rank_the_planted_changes(site):
@@ -167,7 +167,7 @@ def test_the_regressions_and_improvements_tables_rank_the_planted_changes(site):
     assert all(r[5] == f"{before} … {after}" for r in regressions)
     changes = [float(r[1].split("%")[0].replace("+", "")) for r in regressions]
     assert changes == sorted(changes, reverse=True) and all(10 < c < 14 for c in changes)
-    assert all("latency_us" in r[-1] for r in regressions)
+    assert all("latency (µs)" in r[-1] for r in regressions)
     improvements = _rows(_section(index, "improvements"))
     assert {r[3] for r in improvements} == {"fast"} and len(improvements) == 6
     assert all(r[1].startswith("−") for r in improvements)
@@ -211,7 +211,7 @@ def test_self_ratios_are_not_reported_as_failures(site, df):
     broken.loc[fast_ratio[fast_ratio].index[:3], "status"] = "failed"
     notes = " ".join(select.status_notes(select.without_self_ratios(broken)))
     note = re.search(r"Points that failed \(left out of the figures\): (.*)", notes)
-    assert note and "bench_sampler.NightlyBatchDerived.track_ratio_to_mrv2 (3 of" in note[1]
+    assert note and "Batch sweep (nightly) · latency / mrv2's (3 of" in note[1]
 
 
 def test_benchmarks_without_successful_points_are_noted(df):
@@ -220,7 +220,7 @@ def test_benchmarks_without_successful_points_are_noted(df):
     gone.loc[mask, "status"] = "failed"
     notes = " ".join(select.status_notes(gone))
     note = re.search(r"every point skipped, failed or crashed: (.*)", notes)
-    assert note and f"bench_sampler.QuickShapeLatency.time_sample ({mask.sum()} failed)" in note[1]
+    assert note and f"Shape sweep (quick) · latency (asv samples) ({mask.sum()} failed)" in note[1]
 
 
 def test_no_claimed_band_and_the_measured_release_change_in_the_placeholder_panel(site, df):
@@ -289,7 +289,8 @@ def test_stage_breakdown_labels_the_planted_saving(df):
 
 def test_heatmap_names_its_benchmark_and_has_a_symmetric_ticked_colour_bar(df):
     [(_, fig)] = render_figure(_spec("speedup-torch-eager-num_reqs-vocab_size"), df)
-    assert "bench_sampler.QuickShapeLatency.time_sample" in fig.get_suptitle()
+    assert "Shape sweep (quick) · latency (asv samples)" in fig.get_suptitle()
+    assert "bench_sampler" not in fig.get_suptitle()
     FigureCanvasAgg(fig).draw()
     bar = next(ax for ax in fig.axes if ax.get_label() == "<colorbar>")
     labels = [t.get_text() for t in bar.get_yticklabels()]
@@ -335,11 +336,11 @@ def test_skip_notes_one_per_spec_each_reason_once(site):
 
 def test_alt_texts_name_the_benchmark(site):
     _, index, releases = site
-    images = re.findall(r'<img src="figures/([^"]+)\.png" alt="([^"]+)"', index + releases)
+    images = re.findall(r'<img src="figures/([^"]+)\.png" alt="([^"]+)" title="([^"]+)"', index + releases)
     assert images
-    for stem, alt in images:
-        benchmark = alt.rsplit(" — ", 1)[-1]
-        assert benchmark.startswith("bench_") and stem.endswith(benchmark), (stem, alt)
+    for stem, alt, benchmark in images:  # readable in the alt text, asv's name in the tooltip
+        assert benchmark.startswith("bench_") and stem.endswith(benchmark), (stem, benchmark)
+        assert alt.rsplit(" — ", 1)[-1] == names.benchmark_label(benchmark), (alt, benchmark)
 
 
 def test_environment_panel(site):

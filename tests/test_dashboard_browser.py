@@ -101,6 +101,7 @@ window.addEventListener("load", async () => {
     protocol: location.protocol,
     panel: document.getElementById("placeholder-panel") !== null,
     title: document.title,
+    text: document.body.innerText,
     sections,
     images,
   });
@@ -352,6 +353,7 @@ def test_releases_page_loads_its_figures_and_tables(browser, synthetic_site):
     assert "vLLM releases" in check["title"]
     sections = check["sections"]
     for section in (
+        "fastest-release",
         "placeholder-drop",
         "newest-release",
         "fidelity",
@@ -360,11 +362,28 @@ def test_releases_page_loads_its_figures_and_tables(browser, synthetic_site):
         "provenance",
     ):
         assert section in sections, sorted(sections)
-    for section in ("placeholder-drop", "newest-release", "release-outcomes", "release-regressions"):
+    for section in ("fastest-release", "placeholder-drop", "newest-release", "release-outcomes", "release-regressions"):
         assert sections[section]["rows"] > 1, (section, sections[section])
     assert sections["release-latency"]["images"] >= 2
     served = {path.split("?")[0]: status for path, status in requests}
     assert all(served.get("/" + img["src"]) == 200 for img in check["images"])
+
+
+def test_the_text_a_reader_sees_names_benchmarks_readably(browser, site, synthetic_site):
+    """The browser's own rendering of the pages (``innerText``: tooltips left out) names no
+    benchmark by its asv name, and says which release is fastest and what PR #50939 changed."""
+    from site_pages import ASV_NAME
+
+    from specsample.dashboard.specs import PLACEHOLDER_CHANGE_TEXT
+
+    for root, page in ((site, CHECK_PAGE), (synthetic_site, CHECK_PAGE), (synthetic_site, RELEASES_CHECK_PAGE)):
+        text = _image_check(browser, (root / page).as_uri())["text"]
+        assert not ASV_NAME.search(text), (root, page, ASV_NAME.search(text))
+        assert PLACEHOLDER_CHANGE_TEXT in text, (root, page)
+        if page == CHECK_PAGE:
+            assert "Batch sweep (nightly) · latency" in text, root
+        else:
+            assert re.search(r"standard: vllm==0\.2[89]\.0, [\d.]+ µs", text)
 
 
 def test_screenshots_of_the_new_content(browser, synthetic_site, tmp_path):

@@ -17,6 +17,7 @@ from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 from matplotlib.transforms import blended_transform_factory
 
 from . import select as sel
+from .names import benchmark_label
 from .specs import (
     AXIS_LABELS,
     CATEGORY_ORDER,
@@ -28,6 +29,7 @@ from .specs import (
     LEGEND_FONTSIZE,
     LINE_HEIGHT,
     LINE_LABELS,
+    LOG_X_COLUMNS,
     MARGINS,
     MAX_FACETS_PER_ROW,
     MIN_HALF_RANGE,
@@ -257,7 +259,7 @@ def _finish(
     room extra title or legend lines need; the panels keep their size."""
     width = fig.get_figwidth()
     chars = int(width * 72 / (0.6 * 10))  # a 10 pt character is about 6 pt wide
-    lines = textwrap.wrap(spec.title + (f" — {split_value}" if split_value else ""), chars)
+    lines = textwrap.wrap(spec.title + (f" — {split_label(spec, split_value)}" if split_value else ""), chars)
     lines += textwrap.wrap(note.strip("; "), chars)
     legend: dict[str, object] = {}
     for ax, *_ in panels:
@@ -276,6 +278,12 @@ def _finish(
         fig.legend(
             [legend[k] for k in labels], labels, loc="lower center", ncol=ncol, fontsize=LEGEND_FONTSIZE, frameon=False
         )
+
+
+def split_label(spec: FigureSpec, split_value: str) -> str:
+    """What a figure's title and alt text name its split value by: a benchmark by its readable
+    name (:mod:`.names`), any other value as it is."""
+    return benchmark_label(split_value) if spec.split == "benchmark" else str(split_value)
 
 
 def _grow(fig: Figure, top: float = 0.0, bottom: float = 0.0) -> None:
@@ -326,8 +334,9 @@ def _style(value: object) -> dict:
 
 
 def _scale_axes(ax, spec: FigureSpec, x: pd.Series) -> None:
-    """Log axes where the spec asks, ticked in plain numbers; x ticked at the measured values
-    on a log axis (thinned so labels do not overlap) or when they are a few integers."""
+    """Log axes where the spec asks, and x wherever it is one of :data:`LOG_X_COLUMNS`, ticked
+    in plain numbers; x ticked at the measured values on a log axis (thinned so labels do not
+    overlap) or when they are a few integers."""
     if "y" in spec.log_axes:
         ax.set_yscale("log")
         ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1, 2, 5)))
@@ -336,7 +345,7 @@ def _scale_axes(ax, spec: FigureSpec, x: pd.Series) -> None:
     values = np.sort(pd.to_numeric(x, errors="coerce").dropna().unique())
     if not len(values):
         return
-    if "x" in spec.log_axes and values.min() > 0:
+    if ("x" in spec.log_axes or spec.x in LOG_X_COLUMNS) and values.min() > 0:
         ax.set_xscale("log", base=2)
         ax.set_xticks(values, minor=True)
         ax.set_xticks(_thinned(values), [_short_number(v) for v in _thinned(values)])

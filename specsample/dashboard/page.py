@@ -29,6 +29,7 @@ from .specs import (
     PAGES,
     PLACEHOLDER_CHANGE,
     PLACEHOLDER_CHANGE_RELEASE,
+    PLACEHOLDER_CHANGE_TEXT,
     PLACEHOLDER_SUBJECTS,
     SECTION_TEXT,
     SECTIONS,
@@ -38,6 +39,7 @@ from .tables import (
     changes_table,
     drop_context,
     environment_context,
+    fastest_context,
     fidelity_context,
     newest_context,
     outcomes_context,
@@ -131,9 +133,9 @@ def write_releases(
     fidelity: pd.DataFrame | None = None,
     exactness: list[dict] | None = None,
 ) -> Path:
-    """``out_dir/releases.html``: the placeholder change between releases, the newest release
-    against ours, replica fidelity, faults and semantics, latency over releases, changes between
-    releases, provenance."""
+    """``out_dir/releases.html``: the fastest release per mode, the placeholder change between
+    releases, the newest release against ours, replica fidelity, faults and semantics, latency
+    over releases, changes between releases, provenance."""
     releases = changepoints.release_order(rows["release"].dropna()) if not rows.empty else []
     dated = list(commit_order(rows.dropna(subset=["commit"]))["commit"]) if not rows.empty else []  # oldest first
     commits = sorted(dated)
@@ -160,6 +162,7 @@ def write_releases(
     sections = _sections(rendered, "releases", captions)
     links = (
         [
+            ("#fastest-release", "Fastest release"),
             ("#placeholder-drop", "Placeholder change"),
             ("#newest-release", "Newest vs ours"),
             ("#fidelity", "Replica fidelity"),
@@ -181,6 +184,8 @@ def write_releases(
         "has_releases": bool(releases),
         "change": PLACEHOLDER_CHANGE,
         "change_release": PLACEHOLDER_CHANGE_RELEASE,
+        "change_text": PLACEHOLDER_CHANGE_TEXT,
+        "fastest": fastest_context(rows),
         "drop": drop_context(rows),
         "versus": versus_context(rows),
         "fidelity": fidelity_context(fidelity if fidelity is not None else pd.DataFrame()),
@@ -230,7 +235,7 @@ def _sections(rendered: list[Rendered], page: str, captions: dict) -> list[dict]
         items = [
             {
                 "note": f"Skipped “{item.spec.title}”: {item.note}." if not item.files else "",
-                "images": [{"src": src, "alt": alt} for src, alt in item.files],
+                "images": [{"src": src, "alt": alt, "title": title} for src, alt, title in item.files],
             }
             for item in rendered
             if item.spec.section == section_id

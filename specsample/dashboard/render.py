@@ -50,7 +50,9 @@ from .marks import (
     _scale_axes,
     _sequential_colors,
     _style,
+    split_label,
 )
+from .names import benchmark_labels
 from .select import MissingData
 from .specs import (
     CHANGE_SPAN_COLOR,
@@ -85,7 +87,7 @@ class Context:
 @dataclass(frozen=True)
 class Rendered:
     spec: FigureSpec
-    files: tuple[tuple[str, str], ...]  # (path relative to the site, alt text)
+    files: tuple[tuple[str, str, str], ...]  # (path relative to the site, alt text, tooltip: the asv name)
     note: str  # why nothing was drawn, when files is empty
 
 
@@ -139,17 +141,18 @@ def render_all(
         files = []
         for stem, split_value, fig in drawn:
             _save_png(fig, fig_dir / f"{stem}.png")
-            alt = spec.title + (f" — {split_value}" if split_value else "")
-            files.append((f"{fig_dir.name}/{stem}.png", alt))
+            alt = spec.title + (f" — {split_label(spec, split_value)}" if split_value else "")
+            files.append((f"{fig_dir.name}/{stem}.png", alt, split_value))
         rendered.append(Rendered(spec, tuple(files), "" if files else skip_reason(skipped)))
     return rendered
 
 
 def skip_reason(skipped: dict[str, list[str]]) -> str:
-    """Each reason once, followed by the split values (benchmarks) it applies to."""
+    """Each reason once, followed by the split values (benchmarks, by their readable names) it
+    applies to."""
     if not skipped:
         return "no data"
-    return "; ".join(f"{reason} ({_compact_names(values)})" for reason, values in skipped.items())
+    return "; ".join(f"{reason} ({benchmark_labels(values)})" for reason, values in skipped.items())
 
 
 def percent_change(ratio: float) -> int:
@@ -181,15 +184,6 @@ def _render_spec(spec: FigureSpec, df: pd.DataFrame, context: Context):
             continue
         drawn.append((f"{spec.name}-{slug(value)}", str(value), fig))
     return drawn, skipped
-
-
-def _compact_names(names: list[str]) -> str:
-    """Benchmark names sharing module and method written once: ``mod.{A, B}.time_sample``."""
-    parts = [n.split(".") for n in names]
-    if len(names) > 1 and all(len(p) == 3 for p in parts) and len({(p[0], p[2]) for p in parts}) == 1:
-        module, _, method = parts[0]
-        return f"{module}.{{{', '.join(p[1] for p in parts)}}}.{method}"
-    return ", ".join(names)
 
 
 def slug(value: object) -> str:
@@ -427,7 +421,7 @@ def _render_heatmap(spec, df, context, split_value) -> Figure:
     bar.set_ticks(np.log(ticks), labels=[f"{round(t, 2):g}×" for t in ticks], fontsize=LABEL_FONTSIZE)
     bar.ax.minorticks_off()
     bar.set_label(f"{spec.quantity} ({spec.unit}, log colour scale)")
-    where = ", ".join(p for p in (split_value, _commit_note(newest)) if p)
+    where = ", ".join(p for p in (split_label(spec, split_value), _commit_note(newest)) if p)
     fig.suptitle(
         f"{spec.title}\n{where}\nspeedup = {base_subject} latency / {head_subject} latency (>1: {head_subject} faster)",
         fontsize=9,

@@ -16,6 +16,7 @@ from ..schema import (
     BASE_POINT,
     BASELINE_SUBJECT,
     CPU_INTERPRETER_MACHINE,
+    MODES,
     RATIO_METRIC,
     SEMANTICS,
     STATUSES,
@@ -25,6 +26,7 @@ from ..track import changepoints
 from ..track.changepoints import point_label
 from ..track.results import ENV_COLUMNS, PARAM_COLUMNS, commit_order, point_ratio
 from ..track.signoff.stats import TIME_UNITS
+from .names import benchmark_label
 from .specs import (
     CATEGORY_ORDER,
     FASTEST,
@@ -33,6 +35,8 @@ from .specs import (
     FIDELITY_TOLERANCE,
     METRIC_PREFERENCE,
     PLACEHOLDER_CHANGE_RELEASE,
+    REFERENCE_PREFIX,
+    REFERENCE_SUBJECTS,
     RELEASE_METRICS,
     FigureSpec,
 )
@@ -94,14 +98,18 @@ def status_notes(data: pd.DataFrame) -> list[str]:
     notes = []
     empty = counts.index[counts.get("ok", 0) == 0] if "ok" in counts else counts.index
     if len(empty):
-        listed = ", ".join(f"{b} ({', '.join(f'{n} {s}' for s, n in counts.loc[b].items() if n)})" for b in empty)
+        listed = ", ".join(
+            f"{benchmark_label(b)} ({', '.join(f'{n} {s}' for s, n in counts.loc[b].items() if n)})" for b in empty
+        )
         notes.append(f"Not drawn, every point skipped, failed or crashed: {listed}.")
     for status, what in (("failed", "failed"), ("crashed", "crashed (the subject's process died)")):
         if status not in counts:
             continue
         partial = [b for b in counts.index[counts[status] > 0] if b not in set(empty)]
         if partial:
-            listed = ", ".join(f"{b} ({counts.loc[b, status]} of {counts.loc[b].sum()})" for b in partial)
+            listed = ", ".join(
+                f"{benchmark_label(b)} ({counts.loc[b, status]} of {counts.loc[b].sum()})" for b in partial
+            )
             notes.append(f"Points that {what} (left out of the figures): {listed}.")
     return notes
 
@@ -246,6 +254,13 @@ def one_per_point(changes: pd.DataFrame, same: list[str]) -> pd.DataFrame:
 # ---------------------------------------------------------------------------------------------
 
 
+def is_reference(subjects: pd.Series) -> pd.Series:
+    """True for subjects whose changes the change tables list apart, after the ranked ones:
+    :data:`REFERENCE_SUBJECTS` and the vLLM releases measured beside ours."""
+    text = subjects.astype("string")
+    return (text.isin(REFERENCE_SUBJECTS) | text.str.startswith(REFERENCE_PREFIX)).fillna(False).astype(bool)
+
+
 def bandwidth_above_one(df: pd.DataFrame) -> pd.DataFrame:
     """Subjects with a bandwidth fraction above 1: ``subject``, ``max``, ``points`` (above 1),
     ``benchmarks`` (their sweeps), largest first."""
@@ -280,6 +295,45 @@ def release_metric(rows: pd.DataFrame) -> str | None:
     """The latency metric the releases were measured with (:data:`RELEASE_METRICS` order)."""
     present = set(rows.loc[rows["status"] == "ok", "metric"]) if not rows.empty else set()
     return next((m for m in RELEASE_METRICS if m in present), None)
+
+
+def fastest_releases(rows: pd.DataFrame) -> pd.DataFrame:
+    """Per mode (:data:`specsample.schema.MODES` order, then any other mode measured), the vLLM
+    release with the lowest latency at the base point (every other axis of
+    :data:`specsample.schema.BASE_POINT`; the median over the sweeps that measured it there):
+    ``mode``, ``release`` ("" where no release was timed there), ``latency`` (seconds),
+    ``ties`` (the other releases within the releases' noise floor of it, version order),
+    ``next`` and ``next_ratio`` (the fastest release beyond that floor, its latency over the
+    fastest's; "" and NaN where none), ``timed`` (releases timed there) and ``faulted``
+    (releases that crashed or failed there and were not timed)."""
+    columns = ["mode", "release", "latency", "ties", "next", "next_ratio", "timed", "faulted"]
+    if rows.empty:
+        return pd.DataFrame(columns=columns)
+    metric = release_metric(rows)
+    released = rows[rows["release"].notna()]
+    if metric is not None:
+        released = released[released["metric"] == metric]
+    for axis, value in BASE_POINT.items():
+        if axis != "mode" and axis in released:
+            released = released[released[axis] == value]
+    out = []
+    for mode in dict.fromkeys([*MODES, *sorted(set(released["mode"].dropna()))]):
+        here = released[released["mode"] == mode]
+        ok = here[here["status"] == "ok"]
+        seconds = ok["value"].astype("float64") * ok["unit"].map(TIME_UNITS).astype("float64")
+        ranked = seconds.groupby(ok["release"]).median().dropna().sort_values(kind="stable")
+        faulted = len(set(here["release"]) - set(ranked.index))
+        if ranked.empty:
+            out.append(dict(zip(columns, [mode, "", math.nan, [], "", math.nan, 0, faulted])))
+            continue
+        latency = float(ranked.iloc[0])
+        threshold = max(changepoints.NOISE_FLOOR["releases"], changepoints.MIN_ABS_SECONDS["releases"] / latency)
+        ratio = ranked / latency
+        ties = changepoints.release_order(list(ratio.index[1:][ratio.iloc[1:] - 1 <= threshold]))
+        beyond = ratio[ratio - 1 > threshold]
+        following = (str(beyond.index[0]), float(beyond.iloc[0])) if len(beyond) else ("", math.nan)
+        out.append(dict(zip(columns, [mode, str(ranked.index[0]), latency, ties, *following, len(ranked), faulted])))
+    return pd.DataFrame(out, columns=columns)
 
 
 def release_outcomes(rows: pd.DataFrame) -> pd.DataFrame:

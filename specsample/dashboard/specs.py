@@ -106,6 +106,20 @@ PLACEHOLDER_SUBJECTS = ("mrv2-pre50939", "mrv2")  # our replica before PR #50939
 # is the newest one measured below it.
 PLACEHOLDER_CHANGE_RELEASE = "0.28.0"
 PLACEHOLDER_CHANGE = "PR #50939"
+# What it changed, in one sentence (docs/placeholders.md, "What PR #50939 changed"), wherever the
+# pages discuss it.
+PLACEHOLDER_CHANGE_TEXT = (
+    "PR #50939 (vLLM 0.28.0) made the standard, synthetic and block paths stop at a request's "
+    "first -1 placeholder draft instead of working through the placeholder steps (a row "
+    "rejected there resamples from the plain target), and gave block verification the -1 "
+    "handling it lacked, without which it could accept drafts after a -1 and emit -1 as a "
+    "token; greedy is unchanged."
+)
+# Subjects whose code is not what an engineer here changes for speed: the peers and the frozen
+# replica before PR #50939, and the vLLM releases measured beside ours (``vllm==...``). The
+# change tables rank the other subjects and list these apart, after them.
+REFERENCE_SUBJECTS = (*BASELINES, "flashinfer-kernel")
+REFERENCE_PREFIX = "vllm=="
 
 # The index page shows our own tiers; the releases tier has a page of its own.
 OUR_TIERS = tuple(t for t in TIERS if t != "releases")
@@ -230,7 +244,7 @@ FIGURES: tuple[FigureSpec, ...] = (
     *(
         FigureSpec(
             name=f"sweep-{x}",
-            title=f"Latency vs {x} (nightly {sweep} sweep, newest commit)",
+            title=f"Latency vs {x} (newest commit)",
             kind="line",
             x=x,
             y="value",
@@ -363,8 +377,10 @@ SECTION_TEXT: tuple[tuple[str, str], ...] = (
     ),
     (
         "placeholder-panel",
-        "{release_note} Labels along the bottom of each panel: the latency change of mrv2 vs "
-        "mrv2-pre50939 (geomean over the other parameters); negative is faster.",
+        "{change_text} mrv2-pre50939 is mrv2 as it was before it, so the two lines show what "
+        "it saves against the placeholder density phi. {release_note} Labels along the bottom "
+        "of each panel: the latency change of mrv2 vs mrv2-pre50939 (geomean over the other "
+        "parameters); negative is faster.",
     ),
     (
         "stages",
@@ -394,7 +410,7 @@ SECTION_TEXT: tuple[tuple[str, str], ...] = (
         "draws; red ring: violates placeholder semantics; red ✕ at the bottom: the release "
         "crashed (or failed) at that point. Red ▲ / green ▼: a change between releases beyond "
         "the releases' noise floor ({release_floor:.0%}). Grey span: {change} (vLLM "
-        "{change_release}).",
+        "{change_release}), the placeholder change (its table above).",
     ),
 )
 
@@ -414,6 +430,19 @@ ABOVE_ONE_SUBJECT_TEXT: tuple[tuple[str, str], ...] = (
     ),
 )
 NOTHING_ABOVE_ONE = "No subject reaches a fraction of 1 here."
+
+# Readable benchmark names (.names): asv's ``<module>.<Tier><Sweep><Family>.<metric>`` reads
+# "<Sweep> sweep (<tier>) · <metric label>". Sweep names not listed are split at capitals.
+METRIC_LABELS: tuple[tuple[str, str], ...] = (
+    ("time_sample", "latency (asv samples)"),
+    ("track_latency_us", "latency (µs)"),
+    ("track_ratio_to_mrv2", "latency / mrv2's"),
+    ("track_bandwidth_fraction", "bandwidth fraction"),
+    ("track_stage_us", "stage time (µs)"),
+)
+SWEEP_LABELS: tuple[tuple[str, str], ...] = (("Vllm", "vLLM"),)
+# Columns drawn on a log axis wherever a figure puts them on x: R spans 1 to 512.
+LOG_X_COLUMNS = ("num_reqs",)
 
 # Axis labels with units; a column not listed is labelled by its name.
 AXIS_LABELS: tuple[tuple[str, str], ...] = (
@@ -500,4 +529,5 @@ CAPTION_VALUES = {
     "base_point": ", ".join(f"{SYMBOLS.get(k, k)}={v}" for k, v in BASE_POINT.items() if k != "mode"),
     "change": PLACEHOLDER_CHANGE,
     "change_release": PLACEHOLDER_CHANGE_RELEASE,
+    "change_text": PLACEHOLDER_CHANGE_TEXT,
 }

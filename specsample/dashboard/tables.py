@@ -3,9 +3,9 @@
 formatted, tones for the cells to colour, captions with this build's thresholds).
 
 :mod:`.page` puts them into the pages: :func:`newest_context`, :func:`changes_table` and
-:func:`environment_context` on ``index.html``; :func:`drop_context`, :func:`versus_context`,
-:func:`fidelity_context` and :func:`outcomes_context` on ``releases.html``;
-:func:`provenance_context` on both.
+:func:`environment_context` on ``index.html``; :func:`fastest_context`, :func:`drop_context`,
+:func:`versus_context`, :func:`fidelity_context` and :func:`outcomes_context` on
+``releases.html``; :func:`provenance_context` on both.
 """
 
 from __future__ import annotations
@@ -14,13 +14,14 @@ import math
 
 import pandas as pd
 
-from ..schema import STATUSES, subject_sort_key
+from ..schema import BASE_POINT, STATUSES, SYMBOLS, subject_sort_key
 from ..tiers import REPLICATED_RELEASE
 from ..track import changepoints
 from ..track.results import ENV_COLUMNS, PARAM_COLUMNS
 from ..track.signoff import format_value
 from ..track.signoff.stats import TIME_UNITS
 from . import select as sel
+from .names import benchmark_label, metric_label
 from .specs import (
     FIDELITY_SUBJECTS,
     FIDELITY_TOLERANCE,
@@ -66,8 +67,40 @@ def changes_caption(dimension: str) -> str:
 
 
 def changes_table(changes: pd.DataFrame, dimension: str, empty: str) -> dict:
+    """A ranked table of ``changes``: the subjects an engineer changes in ``head`` (the first
+    :data:`SHOWN_TABLE_ROWS`) and ``tail``; the reference subjects' changes apart, in
+    ``references`` (:func:`.select.is_reference`), so they cannot crowd the top."""
     merged = sel.one_per_point(changes, ["direction", "before", "after"])
-    shown = merged.head(MAX_TABLE_ROWS)
+    apart = sel.is_reference(merged["subject"]) if "subject" in merged else pd.Series(False, index=merged.index)
+    ours, references = merged[~apart.to_numpy()], merged[apart.to_numpy()]
+    rows = _change_rows(ours.head(MAX_TABLE_ROWS), dimension)
+    more = len(ours) - min(len(ours), MAX_TABLE_ROWS) + max(0, len(references) - MAX_TABLE_ROWS)
+    count = (
+        f"{len(changes)} changes in {len(merged)} points (a point's metrics that changed alike in one row)."
+        if len(merged)
+        else ""
+    )
+    subjects = (
+        ", ".join(sorted(set(references["subject"].astype(str)), key=subject_sort_key)) if len(references) else ""
+    )
+    return {
+        "head": rows[:SHOWN_TABLE_ROWS],
+        "tail": rows[SHOWN_TABLE_ROWS:],
+        "empty": empty,
+        "ours_empty": "None in the subjects ranked here; only reference subjects changed."
+        if references.shape[0]
+        else "",
+        "count": count,
+        "references": _change_rows(references.head(MAX_TABLE_ROWS), dimension),
+        "references_caption": f"{len(references)} points of reference subjects ({subjects}), ranked apart: "
+        "peers and frozen code that no change here is meant to speed up."
+        if len(references)
+        else "",
+        "more": f"{more} more not shown (specsample regressions --json lists all)." if more > 0 else "",
+    }
+
+
+def _change_rows(shown: pd.DataFrame, dimension: str) -> list[dict]:
     axes = [a for a in PARAM_COLUMNS if a != "subject"]
     rows = []
     for change in shown.to_dict("records"):
@@ -81,7 +114,7 @@ def changes_table(changes: pd.DataFrame, dimension: str, empty: str) -> dict:
                 "change": _pct(change["change"]),
                 "interval": _interval(change["change_lo"], change["change_hi"], change["change"]),
                 "benchmark": change["benchmark"],
-                "short": _short_benchmark(change["benchmark"]),
+                "label": benchmark_label(change["benchmark"]),
                 "subject": _text(change.get("subject")) or "vLLM releases",
                 "point": changepoints.point_label(change, axes),
                 "range": f"{before} … {after}" + (f"; {change['culprit']}" if change.get("culprit") else ""),
@@ -90,22 +123,10 @@ def changes_table(changes: pd.DataFrame, dimension: str, empty: str) -> dict:
                 "sizes": f"{change['n_before']} / {change['n_after']}",
                 "noise": _pct(change["noise"], signed=False),
                 "threshold": _pct(change["threshold"], signed=False),
-                "also": ", ".join(m.removeprefix("track_") for m in change["also"]),
+                "also": ", ".join(metric_label(m) for m in change["also"]),
             }
         )
-    more = len(merged) - len(shown)
-    count = (
-        f"{len(changes)} changes in {len(merged)} points (a point's metrics that changed alike in one row)."
-        if len(merged)
-        else ""
-    )
-    return {
-        "head": rows[:SHOWN_TABLE_ROWS],
-        "tail": rows[SHOWN_TABLE_ROWS:],
-        "empty": empty,
-        "count": count,
-        "more": f"{more} more not shown (specsample regressions --json lists all)." if more > 0 else "",
-    }
+    return rows
 
 
 def newest_context(points: pd.DataFrame) -> dict:
@@ -130,7 +151,7 @@ def newest_context(points: pd.DataFrame) -> dict:
     rows = [
         {
             "benchmark": row["benchmark"],
-            "short": _short_benchmark(row["benchmark"]),
+            "label": benchmark_label(row["benchmark"]),
             "commits": f"{str(row['previous'])[:8]} → {str(row['newest'])[:8]}",
             "points": str(row["points"]),
             "geomean": _pct(row["geomean_change"]),
@@ -142,10 +163,11 @@ def newest_context(points: pd.DataFrame) -> dict:
     ]
     # stage shifts (changepoints' module docstring) are not flagged: the call did not change
     flagged = points[points["verdict"].isin(["regression", "improvement"])]
+    # the subjects an engineer changes first, the reference subjects after them
     flagged = (
-        flagged.assign(_size=flagged["effect"].abs())
-        .sort_values(["verdict", "_size"], ascending=[False, False], kind="stable")
-        .drop(columns="_size")
+        flagged.assign(_size=flagged["effect"].abs(), _reference=sel.is_reference(flagged["subject"]).to_numpy())
+        .sort_values(["_reference", "verdict", "_size"], ascending=[True, False, False], kind="stable")
+        .drop(columns=["_size", "_reference"])
     )
     flagged = sel.one_per_point(flagged, ["verdict", "previous", "newest"])
     shown = flagged.head(MAX_TABLE_ROWS)
@@ -156,12 +178,12 @@ def newest_context(points: pd.DataFrame) -> dict:
             "change": _pct(row["change"]),
             "interval": _interval(row["change_lo"], row["change_hi"], row["change"]),
             "benchmark": row["benchmark"],
-            "short": _short_benchmark(row["benchmark"]),
+            "label": benchmark_label(row["benchmark"]),
             "subject": _text(row.get("subject")),
             "point": changepoints.point_label(row, axes),
             "levels": f"{_value(row['value_previous'], row['unit'])} → {_value(row['value_newest'], row['unit'])}",
             "threshold": _pct(row["threshold"], signed=False),
-            "also": ", ".join(m.removeprefix("track_") for m in row["also"]),
+            "also": ", ".join(metric_label(m) for m in row["also"]),
         }
         for row in shown.to_dict("records")
     ]
@@ -243,14 +265,62 @@ def drop_context(rows: pd.DataFrame) -> dict:
         f"control. Coloured: beyond the releases' noise floor ({_floor_text('releases')}); "
         f"—: not measured on both sides (a release crashed there, see Faults and semantics)."
     )
+    heavy = change[change["beyond_noise"] & (change["ratio"] < 1)]
+    largest = ""
+    if not heavy.empty:
+        top = heavy.loc[heavy["ratio"].idxmin()]
+        largest = (
+            f"Largest drop measured here: {_pct(top['ratio'] - 1)} ({top['mode']} mode, draft="
+            f"{top['draft']}, {top['placeholder_pattern']} placeholders, phi={top['placeholder_density']:g})."
+        )
     return {
         "rows": out,
+        "largest": largest,
         "densities": [f"{phi:g}" for phi in densities],
         "before": before,
         "after": after,
         "caption": caption,
         "empty": "",
     }
+
+
+def fastest_context(rows: pd.DataFrame) -> dict:
+    """Which vLLM release is fastest, per mode, at the base point."""
+    table = sel.fastest_releases(rows)
+    if table.empty:
+        return {"rows": [], "empty": "No release timed at the base point."}
+    out, lines = [], []
+    for r in table.to_dict("records"):
+        faulted = f" ({r['faulted']} more crashed or failed there)" if r["faulted"] else ""
+        if not r["release"]:
+            out.append({"mode": r["mode"], "release": "—", "latency": "—", "ties": "", "next": "", "timed": "none"})
+            lines.append(f"{r['mode']}: no release timed{faulted}")
+            continue
+        release = f"vllm=={r['release']}"
+        ties = f"{len(r['ties'])}: {', '.join(r['ties'])}" if r["ties"] else "none"
+        following = f"vllm=={r['next']}, {_pct(r['next_ratio'] - 1)}" if r["next"] else "—"
+        latency = _value(r["latency"], "seconds")
+        out.append(
+            {
+                "mode": r["mode"],
+                "release": release,
+                "latency": latency,
+                "ties": ties,
+                "next": following,
+                "timed": f"{r['timed']}{faulted}",
+            }
+        )
+        tied = f", tied with {len(r['ties'])} more" if r["ties"] else ""
+        lines.append(f"{r['mode']}: {release}, {latency}{tied}")
+    point = ", ".join(f"{SYMBOLS.get(k, k)}={v}" for k, v in BASE_POINT.items() if k != "mode")
+    caption = (
+        f"Per mode, the vLLM release with the lowest latency at the base point ({point}): the "
+        f"median over the sweeps that hold it, the releases of a sweep measured in one run. Tied: the releases within the releases' noise floor "
+        f"({_floor_text('releases')}) of it, which this run cannot tell apart from it; next: "
+        f"the fastest release beyond that floor, and how much slower it is. —: no release timed "
+        f"there (not in the releases tier, or every release crashed)."
+    )
+    return {"rows": out, "caption": caption, "summary": "; ".join(lines) + ".", "empty": ""}
 
 
 def _ratio_text(value) -> str:
@@ -425,11 +495,6 @@ def _value(value, unit) -> str:
     if unit in _UNIT_FORMATS:
         return _UNIT_FORMATS[unit].format(float(value))
     return format_value(float(value), unit)
-
-
-def _short_benchmark(name: str) -> str:
-    """``bench_sampler.NightlyBatchLatency.time_sample`` -> ``NightlyBatchLatency.time_sample``."""
-    return name.split(".", 1)[1] if name.count(".") >= 2 else name
 
 
 def _text(value) -> str:
