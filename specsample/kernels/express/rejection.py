@@ -200,55 +200,27 @@ def _residual_mass_kernel(
     blocks = tl.program_id(1) * SUB + tl.arange(0, SUB)
     offs = blocks[:, None] * BLOCK + tl.arange(0, BLOCK)[None, :]
     mask = offs < vocab_size
+    read = mask
     if SKIP_MASKED:
         _wait_for_prior(PDL)
         live = _live_blocks(target_local_max_ptr, row * local_stride, blocks, num_blocks)
-        if tl.max(live.to(tl.int32), 0) == 0:
-            tl.store(
-                local_residual_mass_ptr + row * local_stride + blocks,
-                tl.zeros((SUB,), dtype=tl.float64),
-                mask=blocks < num_blocks,
-            )
-        else:
-            read = mask & live[:, None]
-            x = tl.load(target_logits_ptr + row * target_logits_stride + offs, mask=read, other=float("-inf"))
-            d_ptr = draft_logits_ptr + slot * draft_logits_stride_0 + j.to(tl.int64) * draft_logits_stride_1
-            y = tl.load(d_ptr + offs, mask=read, other=float("-inf"))
-            _store_residual_mass(
-                x,
-                y,
-                mask,
-                row,
-                blocks,
-                temperature,
-                cumulative_log_p_ptr,
-                row_lse_ptr,
-                local_residual_mass_ptr,
-                local_stride,
-                num_blocks,
-                SUB,
-                BLOCK,
-            )
-    else:
-        x = tl.load(target_logits_ptr + row * target_logits_stride + offs, mask=mask, other=float("-inf"))
-        d_ptr = draft_logits_ptr + slot * draft_logits_stride_0 + j.to(tl.int64) * draft_logits_stride_1
-        y = tl.load(d_ptr + offs, mask=mask, other=float("-inf"))
+        read = mask & live[:, None]
+    x = tl.load(target_logits_ptr + row * target_logits_stride + offs, mask=read, other=float("-inf"))
+    d_ptr = draft_logits_ptr + slot * draft_logits_stride_0 + j.to(tl.int64) * draft_logits_stride_1
+    y = tl.load(d_ptr + offs, mask=read, other=float("-inf"))
+    if not SKIP_MASKED:
         _wait_for_prior(PDL)
-        _store_residual_mass(
-            x,
-            y,
-            mask,
-            row,
-            blocks,
-            temperature,
-            cumulative_log_p_ptr,
-            row_lse_ptr,
-            local_residual_mass_ptr,
-            local_stride,
-            num_blocks,
-            SUB,
-            BLOCK,
-        )
+    if SKIP_MASKED and tl.max(live.to(tl.int32), 0) == 0:
+        zero = tl.zeros((SUB,), dtype=tl.float64)
+        tl.store(local_residual_mass_ptr + row * local_stride + blocks, zero, mask=blocks < num_blocks)
+    else:
+        # (new names: a tile redefined in one arm of an `if` with another dtype does not compile)
+        scale = tl.exp(tl.load(cumulative_log_p_ptr + row - 1)).to(tl.float32)  # p_j
+        xf = _finite_or_neg_inf(x.to(tl.float32))
+        yf = _finite_or_neg_inf(y.to(tl.float32) * _inverse(temperature))
+        r = _residual(xf, yf, tl.load(row_lse_ptr + 2 * row), tl.load(row_lse_ptr + 2 * row + 1), scale)
+        mass = _chunked_sum(tl.where(mask, r, 0.0), SUB, BLOCK)
+        tl.store(local_residual_mass_ptr + row * local_stride + blocks, mass, mask=blocks < num_blocks)
 
 
 @triton.jit
@@ -257,31 +229,6 @@ def _live_blocks(target_local_max_ptr, base, blocks, num_blocks):
     # (its max, NaN read as -inf, is finite or +inf); False past the row's blocks.
     block_max = tl.load(target_local_max_ptr + base + blocks, mask=blocks < num_blocks, other=float("-inf"))
     return block_max != float("-inf")
-
-
-@triton.jit
-def _store_residual_mass(
-    x,
-    y,
-    mask,
-    row,
-    blocks,
-    temperature,
-    cumulative_log_p_ptr,  # [N] fp64
-    row_lse_ptr,  # [N, 2] fp64
-    local_residual_mass_ptr,  # [N, nb] fp64
-    local_stride,
-    num_blocks,
-    SUB: tl.constexpr,
-    BLOCK: tl.constexpr,
-):
-    # The residual-mass program's arithmetic on its loaded [SUB, BLOCK] target and draft logits.
-    scale = tl.exp(tl.load(cumulative_log_p_ptr + row - 1)).to(tl.float32)  # p_j
-    x = _finite_or_neg_inf(x.to(tl.float32))
-    y = _finite_or_neg_inf(y.to(tl.float32) * _inverse(temperature))
-    r = _residual(x, y, tl.load(row_lse_ptr + 2 * row), tl.load(row_lse_ptr + 2 * row + 1), scale)
-    mass = _chunked_sum(tl.where(mask, r, 0.0), SUB, BLOCK)
-    tl.store(local_residual_mass_ptr + row * local_stride + blocks, mass, mask=blocks < num_blocks)
 
 
 @triton.jit
