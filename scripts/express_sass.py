@@ -3,7 +3,7 @@
 Usage (no TRITON_INTERPRET; CPU tensors only give the launch arguments):
     python scripts/express_sass.py [--sampler express|fast|mrv2|mrv2-pre50939|mrv2-vllm|vllm==X.Y.Z]
         [--mode standard|block] [--draft logits|one-hot] [--num-reqs R] [--placeholder-density PHI]
-        [--config NAME] [--set FIELD=VALUE ...] [--dump DIR]
+        [--config NAME] [--set FIELD=VALUE ...] [--skip-masked-vocab-blocks] [--dump DIR]
 
 Each launch of one call of the sampler (one of our subjects with a per-kernel pipeline, from
 ``specsample.subjects``: express by default; ``--config`` and ``--set`` choose express's or
@@ -271,6 +271,11 @@ def main(argv=None) -> None:
         metavar="FIELD=VALUE",
         help="override a Config field of --config (repeatable), e.g. --set stats_blocks=4",
     )
+    ap.add_argument(
+        "--skip-masked-vocab-blocks",
+        action="store_true",
+        help="the masked-block skip on (vLLM's skip_masked_vocab_blocks path; express and vLLM 0.34.0+)",
+    )
     ap.add_argument("--dump", default=None, help="write each kernel's SASS, load timeline and PTX into this folder")
     ap.add_argument("--no-specialize", action="store_true", help="no alignment / divisibility specialization")
     ap.add_argument(
@@ -279,6 +284,11 @@ def main(argv=None) -> None:
         help="compile as on an sm_90 GPU, with programmatic dependent launch (a CPU pipeline launches without it)",
     )
     args = ap.parse_args(argv)
+    if (
+        args.skip_masked_vocab_blocks
+        and "skip_masked_vocab_blocks" not in subjects.get(args.sampler).capabilities.paths
+    ):
+        ap.error(f"--skip-masked-vocab-blocks: {args.sampler} has no skip_masked_vocab_blocks path")
     w = Workload(
         num_reqs=args.reqs,
         num_speculative_steps=4,
@@ -288,6 +298,7 @@ def main(argv=None) -> None:
         placeholder_density=args.phi,
         target_dtype=getattr(torch, args.target_dtype),
         draft_dtype=getattr(torch, args.draft_dtype),
+        skip_masked_vocab_blocks=args.skip_masked_vocab_blocks,
     )
     inputs = make_inputs(w, device="cpu")
     options = {}

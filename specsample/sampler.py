@@ -110,15 +110,19 @@ def rejection_sample_fast(*args, config: fast.Config | None = None, **kwargs) ->
 
 
 def rejection_sample_express(
-    *args, config: express.Config | None = None, **kwargs
+    *args, config: express.Config | None = None, skip_masked_vocab_blocks: bool = False, **kwargs
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The ``express`` sampler (:mod:`specsample.kernels.express`): the arguments, validation,
     outputs and acceptance decisions of :func:`rejection_sample` (see there), plus ``config``
-    (launch geometry only; default: by R). Its own random stream: the recovered / bonus token is
-    drawn by two-level inverse-transform sampling, exact in distribution and reproduced draw for
-    draw by :mod:`specsample.reference.express`, not by mrv2's Gumbel noise; ``use_fp64`` has
-    no effect."""
-    return checked_launch(bind_arguments(args, kwargs), launch=functools.partial(express.launch, config=config))
+    (launch geometry only; default: by R) and ``skip_masked_vocab_blocks`` (vLLM's masked-block
+    skip: vocabulary blocks whose target logits are all ``-inf`` are skipped; the same draws).
+    Its own random stream: the recovered / bonus token is drawn by two-level inverse-transform
+    sampling, exact in distribution and reproduced draw for draw by
+    :mod:`specsample.reference.express`, not by mrv2's Gumbel noise; ``use_fp64`` has no effect."""
+    if not isinstance(skip_masked_vocab_blocks, bool):
+        raise ValueError(f"skip_masked_vocab_blocks: expected a bool, got {type(skip_masked_vocab_blocks).__name__}")
+    launch = functools.partial(express.launch, config=config, skip_masked_vocab_blocks=skip_masked_vocab_blocks)
+    return checked_launch(bind_arguments(args, kwargs), launch=launch)
 
 
 def rejection_sample_pre50939(*args, **kwargs) -> tuple[torch.Tensor, torch.Tensor]:

@@ -19,6 +19,10 @@
    (1,024 trials; the kernel is tied to it draw for draw above) and the interpreted kernel runs
    two smoke cases at V = 8; the kernel's own runs at 81,920 trials are ``gpu`` tests.
 6. The pipeline's stages (``specsample.measure.stage_calls``), validation, the subject.
+7. The masked-vocabulary block skip (``skip_masked_vocab_blocks``): the same tokens with it as
+   without it and as the reference, at every mask fraction of the PathsMasked sweep, in every
+   mode and draft kind, with placeholders, and with one live block a row; the masked blocks of
+   a tested row never reach a partial.
 
 Under the interpreter every kernel program costs milliseconds, so CPU batches stay small; the
 whole file takes about 1.5 minutes on 2 CPU cores.
@@ -1046,20 +1050,198 @@ def test_layout_independence_at_production_size():
 
 
 @pytest.mark.parametrize(
-    "mode,draft,target_dtype,draft_dtype,kernels",
+    "mode,draft,target_dtype,draft_dtype,kernels,skip",
     [
         # stats, cum_log_p, residual_mass, rejection, resample, insert
-        ("block", "logits", "bfloat16", "float16", 6),
-        ("standard", "one-hot", "float16", "bfloat16", 4),  # the persistent resample kernel (R x 75 tiles > 2 x 32)
-        ("greedy", "logits", "bfloat16", "float32", 4),
+        ("block", "logits", "bfloat16", "float16", 6, False),
+        ("standard", "one-hot", "float16", "bfloat16", 4, False),  # the persistent resample (R x 75 tiles > 2 x 32)
+        ("greedy", "logits", "bfloat16", "float32", 4, False),
+        # the masked-block skip's kernels
+        ("block", "logits", "bfloat16", "float16", 6, True),
+        ("standard", "one-hot", "float16", "bfloat16", 4, True),
     ],
 )
-def test_kernels_compile_for_sm90(mode, draft, target_dtype, draft_dtype, kernels):
-    """Every kernel of a call compiles for sm_90 with 16-bit logits. The interpreter runs a kernel
-    without the compiler's type checks: a bf16 tile redefined as fp32 in both arms of an ``if``
-    passes every CPU test and fails to compile on a GPU. Compiled here on the CPU with Triton's
-    bundled ptxas (``scripts/express_sass.py``, no GPU needed)."""
+def test_kernels_compile_for_sm90(mode, draft, target_dtype, draft_dtype, kernels, skip):
+    """Every kernel of a call compiles for sm_90 with 16-bit logits, the masked-block skip off and
+    on. The interpreter runs a kernel without the compiler's type checks: a bf16 tile redefined as
+    fp32 in both arms of an ``if`` passes every CPU test and fails to compile on a GPU. Compiled
+    here on the CPU with Triton's bundled ptxas (``scripts/express_sass.py``, no GPU needed)."""
     args = ["--mode", mode, "--draft", draft, "--num-reqs", "4", "--config", "large"]
     args += ["--target-dtype", target_dtype, "--draft-dtype", draft_dtype, "--dependent-launch"]
+    args += ["--skip-masked-vocab-blocks"] if skip else []
     compiled = compile_for_sm90(args)
     assert len(compiled) == kernels, compiled
+
+
+# ---------------------------------------------------------------------------------------------
+# 7. The masked-vocabulary block skip (vLLM's skip_masked_vocab_blocks path)
+# ---------------------------------------------------------------------------------------------
+
+MASKED_FRACTIONS = [0.0, 0.5, 0.9, 0.99]
+
+
+def _skip_keeps_the_draws(inputs: dict, **kwargs) -> None:
+    """The skip on emits the skip-off tokens, and both are the reference's."""
+    on = _check(inputs, skip_masked_vocab_blocks=True, **kwargs)
+    assert on == emitted(*rejection_sample_express(**inputs, **kwargs)), "the skip changes the draws"
+
+
+@pytest.mark.parametrize("fraction", MASKED_FRACTIONS)
+@pytest.mark.parametrize("draft", ["logits", "one-hot"])
+@pytest.mark.parametrize("mode", ["greedy", "standard", "block"])
+def test_masked_block_skip_keeps_every_draw(device, mode, draft, fraction):
+    """Fresh masked batches (specsample.workloads' grammar-like masks: contiguous allowed ranges,
+    the top token kept) with random placeholders and some greedy requests in the sampled modes:
+    the skip on emits the skip-off tokens and the reference's. V = 16385 is nine sampling blocks,
+    the last one entry wide (at 0.9 and 0.99 about a quarter of the others masked whole); the
+    configuration alternates between the small one (fused insert) and the large one (the insert
+    kernel; with one-hot drafts the persistent resample pass)."""
+    w = Workload(
+        num_reqs=5,
+        num_speculative_steps=3,
+        vocab_size=16385,
+        mode=mode,
+        draft=draft,
+        placeholder_pattern="random",
+        placeholder_density=0.25,
+        greedy_fraction=0.0 if mode == "greedy" else 0.2,
+        masked_vocab_fraction=fraction,
+        seed=zlib.crc32(f"{mode}-{draft}-{fraction}".encode()) % 10_000,
+    )
+    inputs = make_inputs(w, device=device)
+    large = (MASKED_FRACTIONS.index(fraction) + (draft == "one-hot")) % 2 == 1
+    config = express.Config(resample_programs=1) if large else express.SMALL_BATCH_CONFIG
+    _skip_keeps_the_draws(inputs, config=config)
+
+
+def _mask_all_blocks_but(inputs: dict, live: torch.Tensor, nan_share: float = 0.0, seed: int = 0) -> None:
+    """Mask every sampling block of each target row to -inf but ``live[row]`` (``[N, L]``
+    block indices); ``nan_share`` of the masked entries NaN instead (read as -inf)."""
+    target = inputs["target_logits"]
+    vocab = target.shape[1]
+    block_of = (torch.arange(vocab) // BLOCK).to(target.device)
+    masked = (block_of[None, :, None] != live.to(target.device)[:, None, :]).all(dim=2)
+    target.masked_fill_(masked, float("-inf"))
+    if nan_share:
+        g = torch.Generator().manual_seed(seed)
+        target.masked_fill_(
+            masked & (torch.rand(target.shape, generator=g) < nan_share).to(target.device), float("nan")
+        )
+
+
+@pytest.mark.parametrize("draft", ["logits", "one-hot"])
+@pytest.mark.parametrize("mode", ["greedy", "standard", "block"])
+def test_masked_block_skip_with_one_live_block_a_row(device, mode, draft):
+    """Every sampling block of every row masked but one (at random, the last -- seven entries of
+    V = 3 * 2048 + 7 -- among them), with NaN logits in some masked blocks (read as -inf, so
+    those blocks are masked too): the skip on emits the skip-off tokens and the reference's."""
+    vocab = 3 * BLOCK + 7
+    w = Workload(
+        num_reqs=6,
+        num_speculative_steps=3,
+        vocab_size=vocab,
+        mode=mode,
+        draft=draft,
+        placeholder_pattern="random",
+        placeholder_density=0.2,
+        greedy_fraction=0.0 if mode == "greedy" else 0.3,
+        seed=41,
+    )
+    inputs = make_inputs(w, device=device)
+    rows, num_blocks = inputs["target_logits"].shape[0], triton.cdiv(vocab, BLOCK)
+    live = torch.randint(0, num_blocks, (rows, 1), generator=torch.Generator().manual_seed(41))
+    live[:2] = num_blocks - 1  # the partial last block
+    _mask_all_blocks_but(inputs, live, nan_share=0.01, seed=41)
+    _skip_keeps_the_draws(inputs)
+
+
+def _fill_masked_blocks(target: torch.Tensor, rows: list[int]) -> None:
+    """Junk in the masked blocks of target ``rows``: finite logits, where a pass that reads those
+    blocks finds residual mass (the draft's logits there need not change: a block whose target
+    is read as -inf has no residual, whatever the draft)."""
+    n, vocab = target.shape
+    nb = triton.cdiv(vocab, BLOCK)
+    padded = torch.full((n, nb * BLOCK), float("-inf"), dtype=torch.float32, device=target.device)
+    padded[:, :vocab] = target.float()
+    dead = padded.view(n, nb, BLOCK).amax(dim=2) == float("-inf")
+    for row in rows:
+        for b in dead[row].nonzero().flatten().tolist():
+            target[row, b * BLOCK : min((b + 1) * BLOCK, vocab)] = 3.0
+
+
+@pytest.mark.parametrize("mode", ["standard", "block"])
+def test_masked_block_skip_ignores_the_masked_blocks_of_a_tested_row(device, mode):
+    """The skip's saving: a row the stats kernel read (a tested row) has its masked blocks known
+    from the stats kernel's block maxima, so the residual-mass pass and the resample pass of a
+    draft residual take nothing from those blocks' logits (their loads are masked off: the
+    bytes saved are the GPU's to measure). Junk written there after the stats (and cum_log_p,
+    and, in standard mode, the rejection kernel, which gathers the drafts' target logits) leaves
+    every partial and token of the skip-on call as it was; the skip-off call reads it (the
+    check that the junk would show)."""
+    w = Workload(
+        num_reqs=6, num_speculative_steps=3, vocab_size=8193, mode=mode, placeholder_density=0.0, agreement=0.3, seed=43
+    )
+    inputs = make_inputs(w, device=device)
+    rows = inputs["target_logits"].shape[0]
+    live = torch.stack([torch.arange(rows) % 5, (torch.arange(rows) + 2) % 5], dim=1)  # two of five blocks
+    _mask_all_blocks_but(inputs, live)
+    cu = inputs["cu_num_logits"].tolist()
+    tested = [row for r in range(len(cu) - 1) for row in range(cu[r], cu[r + 1] - 1)]  # phi = 0: rows j < n
+    junk_after = "rejection" if mode == "standard" else "cum_log_p"
+
+    def run(skip: bool, junk: bool) -> express.Pipeline:
+        copy = {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in inputs.items()}
+        pipe = express.Pipeline(**copy, config=express.LARGE_BATCH_CONFIG, skip_masked_vocab_blocks=skip)
+        for name, stage in pipe.stages():
+            stage()
+            if junk and name == junk_after:
+                _fill_masked_blocks(copy["target_logits"], tested)
+        return pipe
+
+    clean, skipped, read = run(False, False), run(True, True), run(False, True)
+    residual = clean.plan == express.rejection.PLAN_RESIDUAL.value
+    assert residual.any(), "no draft-residual request: nothing checked"
+    assert emitted(skipped.sampled, skipped.num_sampled) == emitted(*ref.rejection_sample(**inputs))
+    assert torch.equal(skipped.resampled_mass[residual], clean.resampled_mass[residual])
+    assert not torch.equal(read.resampled_mass[residual], clean.resampled_mass[residual])
+    if mode == "block":
+        written = [row for r in range(len(cu) - 1) for row in range(cu[r] + 1, cu[r + 1] - 1)]  # rows 1..n-1
+        assert torch.equal(skipped.local_residual_mass[written], clean.local_residual_mass[written])
+        assert not torch.equal(read.local_residual_mass[written], clean.local_residual_mass[written])
+
+
+def test_the_skip_is_an_argument_of_the_sampler_and_the_subject(device):
+    """rejection_sample_express takes the flag (a bool); the subject declares the path, runs it
+    from the workload's inputs, and its path check (the same call without the skip) passes."""
+    w = Workload(num_reqs=4, num_speculative_steps=2, vocab_size=4100, masked_vocab_fraction=0.9, seed=44)
+    inputs = make_inputs(w, device=device)
+    with pytest.raises(ValueError, match="skip_masked_vocab_blocks: expected a bool"):
+        rejection_sample_express(**inputs, skip_masked_vocab_blocks=1)
+    subject = subjects.get("express")
+    assert subject.capabilities.paths == ("skip_masked_vocab_blocks",)
+    skip = replace(w, skip_masked_vocab_blocks=True)
+    skip_inputs = make_inputs(skip, device=device)
+    assert skip_inputs["skip_masked_vocab_blocks"] is True
+    out = subject.run(skip, device, skip_inputs)
+    assert emitted(*out) == emitted(*ref.rejection_sample(**inputs))
+    verdict = semantics.check_paths(skip, skip_inputs, out, lambda i: subject.run(skip, device, i))
+    assert verdict.violation is None
+
+
+@gpu
+@pytest.mark.parametrize("fraction", [0.5, 0.9, 0.99])
+@pytest.mark.parametrize("mode,draft", [("standard", "logits"), ("block", "logits"), ("greedy", "one-hot")])
+def test_masked_block_skip_at_production_size(mode, draft, fraction):
+    """The base point (R = 128, V = 151936, phi = 0.5) masked: the skip on emits the skip-off
+    tokens and the reference's."""
+    w = Workload(
+        num_reqs=128,
+        num_speculative_steps=4,
+        vocab_size=151936,
+        mode=mode,
+        draft=draft,
+        placeholder_density=0.5,
+        masked_vocab_fraction=fraction,
+        seed=45,
+    )
+    _skip_keeps_the_draws(make_inputs(w, device="cuda"))

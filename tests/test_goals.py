@@ -227,3 +227,55 @@ def test_the_express_goals_file_loads():
         "6",
         "7",
     ]
+
+
+def _masked_goal() -> dict:
+    spec = json.loads((goals.default_goals_path().parent / "goals_express.json").read_text())
+    spec["goals"] = [g for g in spec["goals"] if g["name"] == "6"]
+    return spec
+
+
+def test_the_masked_skip_goal_pairs_both_skipping_at_each_fraction():
+    """Goal 6: express over vllm==0.34.0 at the PathsMasked points where both skip, mask 0.9 and
+    0.99; the skip-off points, mask 0.5 and another release are left out."""
+    rows = []
+    for fraction, skip, ours, theirs in (
+        (0.9, True, 100.0, 250.0),  # 2.5x
+        (0.99, True, 90.0, 180.0),  # 2x
+        (0.9, False, 10.0, 1000.0),  # skip off: not the goal's
+        (0.5, True, 10.0, 1000.0),  # another fraction
+    ):
+        for subject, value in (("express", ours), ("vllm==0.34.0", theirs), ("vllm==0.35.0", 1.0)):
+            row = dict(BASE, mode="standard", placeholder_density=0.0)
+            row.update(
+                metric="track_latency_us",
+                sweep="PathsMasked",
+                subject=subject,
+                value=value,
+                masked_vocab_fraction=fraction,
+                skip_masked_vocab_blocks=skip,
+            )
+            rows.append(row)
+    text = goals.report(pd.DataFrame(rows).assign(status="ok"), _masked_goal())
+    geomean = (2.5 * 2.0) ** 0.5
+    assert f"2 points: geomean {geomean:.3f}x (goal >= 1), slowest 2.000x (goal >= 1): met" in text
+    assert "   0.9          geomean 2.500x" in text and "   0.99         geomean 2.000x" in text
+    assert (
+        "slow: mode=standard draft=logits R=128 phi=0.0 masked_vocab_fraction=0.99 skip_masked_vocab_blocks=True"
+        in text
+    )
+
+
+def test_the_masked_skip_goal_says_when_the_results_lack_the_sweep():
+    """Committed results from before the PathsMasked sweep (or without vllm==0.34.0 in it): "no
+    results", with the reason, and no data as the verdict."""
+    row = dict(BASE, mode="standard", placeholder_density=0.0, metric="track_latency_us", value=1.0)
+    before = pd.DataFrame([dict(row, sweep="Density", subject="express")]).assign(status="ok")
+    opening, (result,) = goals.evaluate(before, _masked_goal())
+    assert result.verdict == "no data" and result.summary == "no results (these results have no PathsMasked sweep)"
+    assert result.lines[0].endswith(
+        "no results (these results have no PathsMasked sweep) (goal: geomean >= 1, slowest >= 1): no data"
+    )
+    alone = pd.DataFrame([dict(row, sweep="PathsMasked", subject="express")]).assign(status="ok")
+    (result,) = goals.evaluate(alone, _masked_goal())[1]
+    assert result.summary == "no results (vllm==0.34.0 is not in the PathsMasked sweep's results)"

@@ -157,9 +157,35 @@ def test_the_adapter_passes_a_path_only_where_the_workload_turns_it_on():
     "paths",
     [dict(fly_window_size=2), dict(watermark=True), dict(skip_masked_vocab_blocks=True), dict(draft_cache="sharded")],
 )
-def test_our_samplers_skip_every_new_path_with_its_name(name, paths):
+def test_our_samplers_skip_every_path_they_lack_with_its_name(name, paths):
     reason = subjects.get(name).unsupported(Workload(**SMALL, **paths))
-    assert reason and f"{name} has no {paths_of(paths)[0]} path" in reason
+    if name == "express" and "skip_masked_vocab_blocks" in paths:
+        assert reason is None  # express's own masked-block skip
+        return
+    has = "skip_masked_vocab_blocks" if name == "express" else "none"
+    assert reason and f"{name} has no {paths_of(paths)[0]} path (its paths: {has})" in reason
+
+
+def test_a_path_asked_of_a_subject_without_it_is_a_usage_error(capsys):
+    """``specsample compare`` with the skip on: express runs it, mrv2 is named before anything
+    is measured."""
+    from specsample import cli
+
+    argv = ["compare", "--subjects", "express", "mrv2", "--num-reqs", "2", "--vocab-size", "2100"]
+    argv += ["--masked-vocab-fraction", "0.9", "--skip-masked-vocab-blocks", "on"]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert "mrv2 has no skip_masked_vocab_blocks path (its paths: none)" in err and "express" not in err
+
+
+def test_express_runs_the_masked_sweep_with_its_skip_and_the_path_check(device):
+    """The PathsMasked point with the skip on: express is measured (not skipped) and its path
+    check (the same call without the skip emits the same tokens) passes."""
+    w = Workload(**SMALL, masked_vocab_fraction=0.9, skip_masked_vocab_blocks=True)
+    result = measure.measure_point(["express", "mrv2"], w, TimingConfig("warm", 1, 1, False), device=device, host=True)
+    assert result["mrv2"].status == "skipped" and "no skip_masked_vocab_blocks path" in result["mrv2"].reason
+    assert result["express"].status == "ok", result["express"]
+    assert result["express"].semantics == "same semantics, other stream", result["express"].semantics_detail
 
 
 def test_our_samplers_run_the_data_only_axes():

@@ -23,7 +23,10 @@ value, or ``{"at_least": x}``, ``{"at_most": x}``, ``{"in": [...]}``), to which
     at each point, the fastest ``vllm==X.Y.Z`` subject measured there, so that "never slower
     than any release" is one goal; ``"newest-release"``, see below): geometric mean (goal
     ``geomean``), slowest point (goal ``slowest``), the geometric mean per ``by`` column value
-    and the ``slowest`` N points, described by the ``describe`` columns.
+    and the ``slowest`` N points, described by the ``describe`` columns. With no point
+    selected, ``no results (why)`` where the results lack the goal's ``where`` sweep or, there,
+    the subject it is measured against (results from before the sweep existed), else ``no
+    points``; the verdict is ``no data`` either way.
 ``subject_ratio``
     Per group, each of ``ratios``' subjects' value over the subject's; the goal is on the
     ``ratio`` it names, in the groups whose rows match the goal's own ``where``.
@@ -268,6 +271,9 @@ def _rows(df: pd.DataFrame, goal: dict, spec: dict) -> pd.DataFrame:
 def _match(df: pd.DataFrame, where: dict) -> pd.DataFrame:
     mask = np.ones(len(df), dtype=bool)
     for column, want in where.items():
+        if column not in df:  # a frame without the column (older results, a hand-made one) matches no row
+            mask &= False
+            continue
         values = df[column]
         if isinstance(want, dict):
             if "at_least" in want:
@@ -366,10 +372,12 @@ def _speedup(df: pd.DataFrame, goal: dict, spec: dict) -> list[str]:
     geomean_op, geomean_ok = _bound(goal["goal"]["geomean"])
     slowest_op, slowest_ok = _bound(goal["goal"]["slowest"])
     if rows.empty:
+        missing = _missing_sweep(df, goal)
+        what = f"no results ({missing})" if missing else "no points"
         return (
-            [f"{goal['name']}. {goal['title']}, no points (goal: geomean {geomean_op}, slowest {slowest_op}): no data"],
+            [f"{goal['name']}. {goal['title']}, {what} (goal: geomean {geomean_op}, slowest {slowest_op}): no data"],
             "no data",
-            "no points",
+            what,
             f"geomean {geomean_op}, slowest {slowest_op}",
         )
     rows = rows.assign(speedup=1.0 / rows["value"])
@@ -380,12 +388,28 @@ def _speedup(df: pd.DataFrame, goal: dict, spec: dict) -> list[str]:
         f"slowest {slowest:.3f}x (goal {slowest_op}): {verdict}"
     ]
     for key, group in rows.groupby(goal["by"], sort=True):
-        lines.append(f"   {key:12s} geomean {np.exp(np.log(group['speedup']).mean()):.3f}x")
+        lines.append(f"   {key!s:12s} geomean {np.exp(np.log(group['speedup']).mean()):.3f}x")
     for _, row in rows.nsmallest(goal["slowest"], "speedup").iterrows():
         where = " ".join(f"{SYMBOLS.get(c, c)}={row[c]}" for c in goal["describe"])
         lines.append(f"   slow: {where} -> {row['speedup']:.3f}x")
     summary = f"geomean {geomean:.2f}x, slowest {slowest:.3f}x, {len(rows)} points"
     return lines, verdict, summary, f"geomean {geomean_op}, slowest {slowest_op}"
+
+
+def _missing_sweep(df: pd.DataFrame, goal: dict) -> str:
+    """Why a goal whose ``where`` names a sweep has no rows at all: the results lack the sweep
+    (e.g. a commit run before it existed), or lack the subject it is measured against there;
+    "" when both are there (the goal's points are not, a narrower case)."""
+    sweep = goal.get("where", {}).get("sweep")
+    if not isinstance(sweep, str):
+        return ""
+    rows = df[df["sweep"] == sweep] if "sweep" in df else df.iloc[:0]
+    if rows.empty:
+        return f"these results have no {sweep} sweep"
+    other = goal.get("against")
+    if other and other != FASTEST_RELEASE and not (rows["subject"] == other).any():
+        return f"{other} is not in the {sweep} sweep's results"
+    return ""
 
 
 def _against(rows: pd.DataFrame, subject: str, other: str) -> pd.DataFrame:

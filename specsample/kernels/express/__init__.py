@@ -83,6 +83,15 @@ the kernel before to finish, before they read its output, store or exit. Stats, 
 launched in stream order (after whatever wrote the logits). It changes when a load is issued,
 never a value.
 
+Masked-block skip (``skip_masked_vocab_blocks``, vLLM's speed path; the ``SKIP_MASKED``
+constexpr, so with it off the kernels are the same): a sampling block whose target logits are
+-inf throughout (NaN read as -inf) does no arithmetic -- in stats (its draft partials still are
+computed: the draft's LSE spans every block), in the residual-mass pass and in the resample pass.
+Where the row is a tested one (the residual-mass rows, a draft residual's row), the stats
+kernel's block maxima ``target_local_max`` say which blocks are masked, and their logits are not
+loaded at all; a bonus or placeholder row is read to know. Every value stored for a skipped
+block is the one its arithmetic gives, so the draws do not change.
+
 CUDA-graph capturable: every buffer is allocated in :class:`Pipeline`'s ``__init__``, and no
 launch reads anything back to the host. ``use_fp64`` is accepted and changes nothing (the
 draws already compare in fp64).

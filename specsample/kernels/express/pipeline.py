@@ -124,6 +124,10 @@ class Pipeline(PipelineLaunch):
     tau into tau + 1); :meth:`run` launches them all.
     Inputs must already have been checked by :mod:`specsample.validation`. ``config`` changes
     launch geometry only, never a draw (default: :func:`default_config` for the batch's R).
+    ``skip_masked_vocab_blocks`` (vLLM's masked-block skip, a speed path): sampling blocks of
+    the target logits that are ``-inf`` throughout do no arithmetic, and where the stats kernel
+    has read the row (a draft-residual row, the residual-mass rows) their logits are not read at
+    all; the same draws as without it.
     """
 
     def __init__(
@@ -144,12 +148,14 @@ class Pipeline(PipelineLaunch):
         use_block_verification: bool = False,
         *,
         config: Config | None = None,
+        skip_masked_vocab_blocks: bool = False,
     ) -> None:
         del expanded_idx_mapping, expanded_local_pos, use_fp64  # implied by cu_num_logits; no effect
         self.target_logits, self.draft_logits, self.draft_sampled = target_logits, draft_logits, draft_sampled
         self.cu_num_logits, self.pos, self.idx_mapping = cu_num_logits, pos, idx_mapping
         self.temperature, self.seed, self.k = temperature, seed, num_speculative_steps
         self.use_block_verification = use_block_verification
+        self.skip_masked = bool(skip_masked_vocab_blocks)
         self.num_logits, vocab_size = target_logits.shape
         self.num_reqs = idx_mapping.shape[0]
         self.has_draft_logits = draft_logits is not None
@@ -293,6 +299,7 @@ class Pipeline(PipelineLaunch):
             **self._partials(),
             vocab_size=self.vocab_size,
             HAS_DRAFT_LOGITS=self.has_draft_logits,
+            SKIP_MASKED=self.skip_masked,
             K_P2=self.k_p2,
             SUB=c.stats_blocks,
             BLOCK=SAMPLE_BLOCK,
@@ -325,6 +332,8 @@ class Pipeline(PipelineLaunch):
             local_stride=self.num_blocks,
             num_blocks=self.num_blocks,
             vocab_size=self.vocab_size,
+            target_local_max_ptr=self.target_local_max,
+            SKIP_MASKED=self.skip_masked,
             K_P2=self.k_p2,
             GROUPS=self.k - 1,
             SUB=RESIDUAL_BLOCKS,
@@ -366,7 +375,9 @@ class Pipeline(PipelineLaunch):
             **self._logits(),
             **self._request(),
             vocab_size=self.vocab_size,
+            target_local_max_ptr=self.target_local_max,
             HAS_DRAFT_LOGITS=self.has_draft_logits,
+            SKIP_MASKED=self.skip_masked,
             FUSED_INSERT=c.fused_insert,
             NUM_PROGRAMS=programs,
             SUB=RESAMPLE_BLOCKS,
@@ -387,9 +398,11 @@ class Pipeline(PipelineLaunch):
             temperature_ptr=self.temperature,
             vocab_size=self.vocab_size,
             num_reqs=self.num_reqs,
+            target_local_max_ptr=self.target_local_max,
             TILES=self.resample_tiles,
             R_P2=triton.next_power_of_2(self.num_reqs),
             HAS_DRAFT_LOGITS=self.has_draft_logits,
+            SKIP_MASKED=self.skip_masked,
             SUB=RESAMPLE_BLOCKS,
             BLOCK=SAMPLE_BLOCK,
             **self._launch(TILE_WARPS),
@@ -412,5 +425,6 @@ class Pipeline(PipelineLaunch):
 
 
 def launch(*args, config: Config | None = None, **kwargs) -> tuple[torch.Tensor, torch.Tensor]:
-    """Allocate and run one :class:`Pipeline` (the arguments of ``mrv2.launch``)."""
+    """Allocate and run one :class:`Pipeline` (the arguments of ``mrv2.launch``, and
+    ``skip_masked_vocab_blocks``)."""
     return Pipeline(*args, config=config, **kwargs).run()

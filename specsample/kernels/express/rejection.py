@@ -168,6 +168,8 @@ def _residual_mass_kernel(
     local_stride,
     num_blocks,
     vocab_size,
+    target_local_max_ptr,  # [N, nb] the stats partials' block maxima (read with SKIP_MASKED)
+    SKIP_MASKED: tl.constexpr,
     K_P2: tl.constexpr,
     GROUPS: tl.constexpr,
     SUB: tl.constexpr,
@@ -178,7 +180,10 @@ def _residual_mass_kernel(
     # (the rejection kernel reads Z_{j+1} = sum_b mass[t, b] then, and level 1 picks from these
     # masses if tau lands on row j); sampling blocks g*SUB .. g*SUB + SUB-1 as one tile.
     # Launched dependently: the row's logits load before the wait for cum_log_p, its p_j and
-    # LSEs after.
+    # LSEs after. With SKIP_MASKED the stats kernel's block maxima of the row (a tested row)
+    # say which blocks are masked -- residual 0 there, since p = 0 -- so those blocks' logits
+    # are never read; the maxima are complete only once cum_log_p is (it waited for stats), so
+    # the tile loads then come after the wait.
     req = (tl.program_id(0) // GROUPS).to(tl.int64)
     j = 1 + tl.program_id(0) % GROUPS
     start, num_drafts, first = _request_rows(cu_num_logits_ptr, draft_sampled_ptr, req, K_P2)
@@ -195,16 +200,35 @@ def _residual_mass_kernel(
     blocks = tl.program_id(1) * SUB + tl.arange(0, SUB)
     offs = blocks[:, None] * BLOCK + tl.arange(0, BLOCK)[None, :]
     mask = offs < vocab_size
-    x = tl.load(target_logits_ptr + row * target_logits_stride + offs, mask=mask, other=float("-inf"))
+    read = mask
+    if SKIP_MASKED:
+        _wait_for_prior(PDL)
+        live = _live_blocks(target_local_max_ptr, row * local_stride, blocks, num_blocks)
+        read = mask & live[:, None]
+    x = tl.load(target_logits_ptr + row * target_logits_stride + offs, mask=read, other=float("-inf"))
     d_ptr = draft_logits_ptr + slot * draft_logits_stride_0 + j.to(tl.int64) * draft_logits_stride_1
-    y = tl.load(d_ptr + offs, mask=mask, other=float("-inf"))
-    _wait_for_prior(PDL)
-    scale = tl.exp(tl.load(cumulative_log_p_ptr + row - 1)).to(tl.float32)  # p_j
-    x = _finite_or_neg_inf(x.to(tl.float32))
-    y = _finite_or_neg_inf(y.to(tl.float32) * _inverse(temperature))
-    r = _residual(x, y, tl.load(row_lse_ptr + 2 * row), tl.load(row_lse_ptr + 2 * row + 1), scale)
-    mass = _chunked_sum(tl.where(mask, r, 0.0), SUB, BLOCK)
-    tl.store(local_residual_mass_ptr + row * local_stride + blocks, mass, mask=blocks < num_blocks)
+    y = tl.load(d_ptr + offs, mask=read, other=float("-inf"))
+    if not SKIP_MASKED:
+        _wait_for_prior(PDL)
+    if SKIP_MASKED and tl.max(live.to(tl.int32), 0) == 0:
+        zero = tl.zeros((SUB,), dtype=tl.float64)
+        tl.store(local_residual_mass_ptr + row * local_stride + blocks, zero, mask=blocks < num_blocks)
+    else:
+        # (new names: a tile redefined in one arm of an `if` with another dtype does not compile)
+        scale = tl.exp(tl.load(cumulative_log_p_ptr + row - 1)).to(tl.float32)  # p_j
+        xf = _finite_or_neg_inf(x.to(tl.float32))
+        yf = _finite_or_neg_inf(y.to(tl.float32) * _inverse(temperature))
+        r = _residual(xf, yf, tl.load(row_lse_ptr + 2 * row), tl.load(row_lse_ptr + 2 * row + 1), scale)
+        mass = _chunked_sum(tl.where(mask, r, 0.0), SUB, BLOCK)
+        tl.store(local_residual_mass_ptr + row * local_stride + blocks, mass, mask=blocks < num_blocks)
+
+
+@triton.jit
+def _live_blocks(target_local_max_ptr, base, blocks, num_blocks):
+    # Per sampling block of a row the stats kernel read: whether it holds a logit above -inf
+    # (its max, NaN read as -inf, is finite or +inf); False past the row's blocks.
+    block_max = tl.load(target_local_max_ptr + base + blocks, mask=blocks < num_blocks, other=float("-inf"))
+    return block_max != float("-inf")
 
 
 @triton.jit

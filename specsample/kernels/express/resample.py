@@ -12,7 +12,7 @@ import triton.language as tl
 
 from ..common import _launch_dependents, _wait_for_prior
 from .stats import _chunked_sum, _finite_or_neg_inf, _first_index_of, _inverse, _residual
-from .rejection import _needs_row_pass, PLAN_ARGMAX, PLAN_DONE, PLAN_RESIDUAL
+from .rejection import _live_blocks, _needs_row_pass, PLAN_ARGMAX, PLAN_DONE, PLAN_RESIDUAL
 from .insert import _insert_request
 
 
@@ -41,7 +41,9 @@ def _resample_kernel(
     temperature_ptr,  # [max_num_reqs]
     seed_ptr,  # [max_num_reqs]
     vocab_size,
+    target_local_max_ptr,  # [N, nb] the stats partials' block maxima (read with SKIP_MASKED)
     HAS_DRAFT_LOGITS: tl.constexpr,
+    SKIP_MASKED: tl.constexpr,
     FUSED_INSERT: tl.constexpr,
     NUM_PROGRAMS: tl.constexpr,
     SUB: tl.constexpr,
@@ -86,7 +88,9 @@ def _resample_kernel(
             plan,
             tau,
             tl.program_id(1),
+            target_local_max_ptr,
             HAS_DRAFT_LOGITS,
+            SKIP_MASKED,
             SUB,
             BLOCK,
         )
@@ -139,9 +143,11 @@ def _resample_persistent_kernel(
     temperature_ptr,  # [max_num_reqs]
     vocab_size,
     num_reqs,
+    target_local_max_ptr,  # [N, nb] the stats partials' block maxima (read with SKIP_MASKED)
     TILES: tl.constexpr,
     R_P2: tl.constexpr,
     HAS_DRAFT_LOGITS: tl.constexpr,
+    SKIP_MASKED: tl.constexpr,
     SUB: tl.constexpr,
     BLOCK: tl.constexpr,
     PDL: tl.constexpr,
@@ -188,7 +194,9 @@ def _resample_persistent_kernel(
                 tl.load(plan_ptr + req),
                 tau,
                 f - e * TILES,
+                target_local_max_ptr,
                 HAS_DRAFT_LOGITS,
+                SKIP_MASKED,
                 SUB,
                 BLOCK,
             )
@@ -209,7 +217,9 @@ def _block_masses(
     plan,
     tau,
     tile,
+    target_local_max_ptr,  # [N, nb]
     HAS_DRAFT_LOGITS: tl.constexpr,
+    SKIP_MASKED: tl.constexpr,
     SUB: tl.constexpr,
     BLOCK: tl.constexpr,
 ):
@@ -221,35 +231,59 @@ def _block_masses(
     # before the branch, the draft tile would load only once the target's had arrived, and the
     # temperature and LSEs once both had: 6 dependent load rounds a program instead of 3 (sm_90
     # SASS; H200, R = 128, standard phi = 0: the pass 40.7 us instead of 32.3).
+    # SKIP_MASKED: a block whose target is -inf throughout gets what its arithmetic would give
+    # (log-mass -inf; max -inf and argmax its first entry) without the arithmetic. A draft
+    # residual's row is a tested row, so the stats kernel's block maxima say which blocks are
+    # masked, and their logits are never loaded (one dependent round more, for the maxima); a
+    # bonus or placeholder row is read to know.
     resampled_mass_ptr, resampled_argmax_ptr = resampled
     target_logits_ptr, target_logits_stride, draft_logits_ptr, draft_logits_stride_0, draft_logits_stride_1 = logits
     blocks = tile * SUB + tl.arange(0, SUB)
     offs = blocks[:, None] * BLOCK + tl.arange(0, BLOCK)[None, :]
     mask = offs < vocab_size
     bmask = blocks < num_blocks
-    x_raw = tl.load(target_logits_ptr + row * target_logits_stride + offs, mask=mask, other=float("-inf"))
+    if SKIP_MASKED and HAS_DRAFT_LOGITS:
+        live = bmask
+        if plan == PLAN_RESIDUAL:
+            live = _live_blocks(target_local_max_ptr, row * num_blocks, blocks, num_blocks)
+        target_read = mask & live[:, None]
+    else:
+        target_read = mask
+    x_raw = tl.load(target_logits_ptr + row * target_logits_stride + offs, mask=target_read, other=float("-inf"))
     if HAS_DRAFT_LOGITS:
         residual = plan == PLAN_RESIDUAL
         d_ptr = draft_logits_ptr + slot * draft_logits_stride_0 + tau * draft_logits_stride_1
-        y_raw = tl.load(d_ptr + offs, mask=offs < tl.where(residual, vocab_size, 0), other=float("-inf"))
+        draft_read = offs < tl.where(residual, vocab_size, 0)
+        if SKIP_MASKED:
+            draft_read = draft_read & live[:, None]
+        y_raw = tl.load(d_ptr + offs, mask=draft_read, other=float("-inf"))
         temperature = tl.load(temperature_ptr + slot)
         target_lse = tl.load(plan_lse_ptr + 2 * req)
         draft_lse = tl.load(plan_lse_ptr + 2 * req + 1)
     if plan == PLAN_ARGMAX:
         x = _finite_or_neg_inf(x_raw.to(tl.float32))
         value = tl.max(x, 1)
-        index = _first_index_of(x, value, BLOCK)
+        if SKIP_MASKED and tl.max(value, 0) == float("-inf"):
+            index = tl.zeros((SUB,), dtype=tl.int32)
+        else:
+            index = _first_index_of(x, value, BLOCK)
         tl.store(resampled_mass_ptr + base + blocks, value.to(tl.float64), mask=bmask)
         tl.store(resampled_argmax_ptr + base + blocks, blocks.to(tl.int64) * BLOCK + index.to(tl.int64), mask=bmask)
     elif HAS_DRAFT_LOGITS and residual:
-        x = _finite_or_neg_inf(x_raw.to(tl.float32))
-        y = _finite_or_neg_inf(y_raw.to(tl.float32) * _inverse(temperature))
-        r = _residual(x, y, target_lse, draft_lse, 1.0)
-        log_mass = tl.log(_chunked_sum(tl.where(mask, r, 0.0), SUB, BLOCK))  # -inf: an empty block
-        tl.store(resampled_mass_ptr + base + blocks, log_mass, mask=bmask)
+        if SKIP_MASKED and tl.max(live.to(tl.int32), 0) == 0:
+            tl.store(resampled_mass_ptr + base + blocks, tl.full((SUB,), float("-inf"), tl.float64), mask=bmask)
+        else:
+            x = _finite_or_neg_inf(x_raw.to(tl.float32))
+            y = _finite_or_neg_inf(y_raw.to(tl.float32) * _inverse(temperature))
+            r = _residual(x, y, target_lse, draft_lse, 1.0)
+            log_mass = tl.log(_chunked_sum(tl.where(mask, r, 0.0), SUB, BLOCK))  # -inf: an empty block
+            tl.store(resampled_mass_ptr + base + blocks, log_mass, mask=bmask)
     else:
         x = _finite_or_neg_inf(x_raw.to(tl.float32))
         block_max = tl.max(x, 1)
-        e = tl.where(x == float("-inf"), 0.0, tl.exp(x - block_max[:, None]))
-        log_mass = block_max.to(tl.float64) + tl.log(_chunked_sum(e, SUB, BLOCK))
-        tl.store(resampled_mass_ptr + base + blocks, log_mass, mask=bmask)
+        if SKIP_MASKED and tl.max(block_max, 0) == float("-inf"):
+            tl.store(resampled_mass_ptr + base + blocks, tl.full((SUB,), float("-inf"), tl.float64), mask=bmask)
+        else:
+            e = tl.where(x == float("-inf"), 0.0, tl.exp(x - block_max[:, None]))
+            log_mass = block_max.to(tl.float64) + tl.log(_chunked_sum(e, SUB, BLOCK))
+            tl.store(resampled_mass_ptr + base + blocks, log_mass, mask=bmask)

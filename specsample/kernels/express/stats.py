@@ -124,11 +124,15 @@ def _stats_partials(
     local_stride,
     num_blocks,
     HAS_DRAFT_LOGITS: tl.constexpr,
+    SKIP_MASKED: tl.constexpr,
     SUB: tl.constexpr,
     BLOCK: tl.constexpr,
 ):
     # One stats tile's partials from its loaded [SUB, BLOCK] target (and draft) logits: block
     # max and chunked sum-exp (or first argmax, greedy) of row `row`, sampling blocks `blocks`.
+    # SKIP_MASKED: a tile whose target is -inf (or NaN) throughout stores what its arithmetic
+    # would give (sum 0, argmax the block's first entry) without it; the draft's partials are
+    # still computed, since the draft's LSE runs over every block, masked or not.
     target_local_max_ptr, target_local_sumexp_ptr, draft_local_max_ptr, draft_local_sumexp_ptr = partials
     x = _finite_or_neg_inf(x.to(tl.float32))
     block_max = tl.max(x, 1)
@@ -136,11 +140,17 @@ def _stats_partials(
     bmask = blocks < num_blocks
     tl.store(target_local_max_ptr + out, block_max, mask=bmask)
     if temperature == 0.0:
-        arg = _first_index_of(x, block_max, BLOCK)
-        tl.store(target_local_argmax_ptr + out, blocks.to(tl.int64) * BLOCK + arg.to(tl.int64), mask=bmask)
+        if SKIP_MASKED and tl.max(block_max, 0) == float("-inf"):
+            tl.store(target_local_argmax_ptr + out, blocks.to(tl.int64) * BLOCK, mask=bmask)
+        else:
+            arg = _first_index_of(x, block_max, BLOCK)
+            tl.store(target_local_argmax_ptr + out, blocks.to(tl.int64) * BLOCK + arg.to(tl.int64), mask=bmask)
     else:
-        e = tl.where(x == float("-inf"), 0.0, tl.exp(x - block_max[:, None]))
-        tl.store(target_local_sumexp_ptr + out, _chunked_sum(e, SUB, BLOCK), mask=bmask)
+        if SKIP_MASKED and tl.max(block_max, 0) == float("-inf"):
+            tl.store(target_local_sumexp_ptr + out, tl.zeros((SUB,), dtype=tl.float64), mask=bmask)
+        else:
+            e = tl.where(x == float("-inf"), 0.0, tl.exp(x - block_max[:, None]))
+            tl.store(target_local_sumexp_ptr + out, _chunked_sum(e, SUB, BLOCK), mask=bmask)
         # Not for row 0 read for its target alone: its draft arithmetic on an empty tile made each
         # such program as long as a tested row's (R = 128, phi = 1: stats 41 us instead of 13.7).
         if HAS_DRAFT_LOGITS and j < first:
@@ -171,6 +181,7 @@ def _stats_kernel(
     num_blocks,
     vocab_size,
     HAS_DRAFT_LOGITS: tl.constexpr,
+    SKIP_MASKED: tl.constexpr,
     K_P2: tl.constexpr,
     GROUPS: tl.constexpr,
     SUB: tl.constexpr,
@@ -216,6 +227,7 @@ def _stats_kernel(
         local_stride,
         num_blocks,
         HAS_DRAFT_LOGITS,
+        SKIP_MASKED,
         SUB,
         BLOCK,
     )
