@@ -44,7 +44,7 @@ from specsample.workloads import Workload, make_inputs
 # Our subjects whose call is a pipeline of our kernels, and the modules their launchers find
 # those kernels in (fast and the mrv2 variants launch mrv2's too).
 PIPELINE_SUBJECTS = [name for name in OUR_SUBJECTS if subjects.get(name).pipeline is not None]
-KERNEL_MODULES = (mrv2, fast, express.pipeline)
+KERNEL_MODULES = (mrv2.pipeline, fast, express.pipeline)
 
 BIN = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
 TARGET = GPUTarget("cuda", 90, 32)

@@ -36,7 +36,7 @@ def rejection_sample(
     """Verify speculative drafts and sample one recovered or bonus token per request.
 
     vLLM Model Runner V2's rejection sampler with PR #50939's placeholder fix, as six Triton
-    kernels (``specsample/kernels/mrv2.py``). Standard verification follows Leviathan et al.
+    kernels (``specsample/kernels/mrv2/``). Standard verification follows Leviathan et al.
     (arXiv 2211.17192); ``use_block_verification`` follows Sun et al. (arXiv 2403.10444).
 
     All tensors live on one device (CUDA; CPU only under ``TRITON_INTERPRET=1``); 1-D tensors

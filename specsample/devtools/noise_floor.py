@@ -18,7 +18,7 @@ request grid of R x V entries (cold L2, CUDA-graph replay, interleaved; :mod:`sp
 Each kernel uses fast's resample geometry (``Config.resample_block`` entries per program,
 ``Config.resample_warps`` warps), so the figures compare like with like.
 
-Private kernel code, on purpose: :func:`_floor_kernel` calls ``fast._gumbel_noise``, the device
+Private kernel code, on purpose: :func:`_floor_kernel` calls ``common._gumbel_noise``, the device
 function fast's resample kernel draws its noise with. The pieces of one kernel have no public
 seam (only whole launches do: ``stage_calls``), and the floor must time exactly the noise the
 sampler computes, not a copy of it that could drift.
@@ -35,7 +35,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ..kernels import fast
+from ..kernels import common, fast
 from ..measure import input_copies, stage_calls
 from ..timing import TimingConfig, measure_interleaved
 from ..workloads import Workload
@@ -69,9 +69,9 @@ def _floor_kernel(
     if NOISE == 1:
         x = x + tl.rand(seed, offs)
     elif NOISE == 2:
-        x = x + fast._gumbel_noise(seed, offs, True)
+        x = x + common._gumbel_noise(seed, offs, True)
     elif NOISE == 3:
-        x = x + fast._gumbel_noise(seed, offs, False)
+        x = x + common._gumbel_noise(seed, offs, False)
     x = tl.where(mask, x, float("-inf"))
     value, index = tl.max(x, 0, return_indices=True, return_indices_tie_break_left=True)
     tl.store(best_val_ptr + req * num_blocks + block, value)

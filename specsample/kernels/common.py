@@ -1,14 +1,16 @@
 """Device helpers that more than one of our samplers' kernels use: ``mrv2``, ``fast`` and ``express``.
 
-The acceptance uniform (spec 3.8), the argmax over per-block partials, ``log(1 - u)``, the rows
-of a request that a pass reads, and programmatic dependent launch. Every helper is inlined into
-the kernels that call it, so where it lives changes no kernel's code.
+The acceptance uniform (spec 3.8), a block of logits loaded NaN-safe, ``log(1 - u)``, the
+Gumbel noise of the resample step (spec 3.8), the argmax over per-block partials, the rows of a
+request that a pass reads, and programmatic dependent launch. Every helper is inlined into the
+kernels that call it, so where it lives changes no kernel's code.
 """
 
 from __future__ import annotations
 
 import triton
 import triton.language as tl
+from triton.language.extra import libdevice
 
 # Smallest uniform: tl.rand can return exactly 0, and log(0) would make the standard test fail
 # open (and the Gumbel noise infinite); the clamp keeps log u finite (spec 3.8). The constant is
@@ -29,6 +31,58 @@ def _log1m(u):
     # log(1 - u), accurate near u = 0 where fp32 rounds 1 - u to 1 (a log1p(-u) that also runs
     # under the interpreter): series below 1e-3, whose truncation error is below u**4 / 4.
     return tl.where(u < 1e-3, -u * (1.0 + u * (0.5 + u * (1.0 / 3.0))), tl.log(1.0 - u))
+
+
+@triton.jit
+def _log1m_of(u, LIBDEVICE_LOG1P: tl.constexpr):
+    # log(1 - u): libdevice's log1p(-u) on the GPU (as vLLM's kernels take it), else the series
+    # of _log1m (libdevice does not run under the interpreter).
+    if LIBDEVICE_LOG1P:
+        return libdevice.log1p(-u)
+    else:
+        return _log1m(u)
+
+
+@triton.jit
+def _load_logits(
+    ptrs,  # [BLOCK_V] (or any block shape) pointers into one logits row
+    mask,  # same shape as ptrs
+    NAN_GUARD: tl.constexpr,
+):
+    # One block of logits in fp32, -inf past the vocabulary; NaN as -inf when NAN_GUARD.
+    x = tl.load(ptrs, mask=mask, other=float("-inf")).to(tl.float32)
+    if NAN_GUARD:
+        x = tl.where(x != x, float("-inf"), x)
+    return x
+
+
+@triton.jit
+def _log_exponential(
+    seed,
+    offset,  # [BLOCK_V] int32 Philox counters (the vocabulary entries)
+    FAST_LOG: tl.constexpr,
+    LIBDEVICE_LOG1P: tl.constexpr,
+):
+    # log E of the Exp(1) variate E = -log(1 - u), u = max(rand(seed, offset), MIN_UNIFORM);
+    # -log E is the "flipped" Gumbel noise of the resample, which keeps the winning tail at
+    # u -> 0, where fp32 has resolution. FAST_LOG: log(1 - u) with _log1m's series near 0 and
+    # lg2.approx elsewhere, then lg2.approx again (fast's GPU path); else _log1m_of.
+    u = tl.maximum(tl.rand(seed, offset), MIN_UNIFORM)
+    if FAST_LOG:
+        one_minus = tl.where(u < 1e-3, -u * (1.0 + u * (0.5 + u * (1.0 / 3.0))), libdevice.fast_logf(1.0 - u))
+        return libdevice.fast_logf(-one_minus)
+    else:
+        return tl.log(-_log1m_of(u, LIBDEVICE_LOG1P))
+
+
+@triton.jit
+def _gumbel_noise(
+    seed,
+    offset,  # [BLOCK_V] int32 Philox counters (the vocabulary entries)
+    FAST_LOG: tl.constexpr,
+):
+    # The flipped Gumbel noise -log E of _log_exponential.
+    return -_log_exponential(seed, offset, FAST_LOG, False)
 
 
 @triton.jit

@@ -54,10 +54,9 @@ from dataclasses import dataclass
 import torch
 import triton
 import triton.language as tl
-from triton.language.extra import libdevice
 
 from . import mrv2
-from .common import MIN_UNIFORM, _log1m, _request_rows, _resampled_token
+from .common import _gumbel_noise, _log1m, _load_logits, _request_rows, _resampled_token
 
 
 @dataclass(frozen=True)
@@ -113,28 +112,6 @@ def default_config(num_reqs: int) -> Config:
 
 def _interpreted() -> bool:
     return os.environ.get("TRITON_INTERPRET") == "1"
-
-
-# ---------------------------------------------------------------------------------------------
-# Device helpers
-# ---------------------------------------------------------------------------------------------
-
-
-@triton.jit
-def _gumbel_noise(seed, offset, FAST_LOG: tl.constexpr):
-    # The flipped Gumbel noise of mrv2's resample: -log(-log1p(-u)), u = max(rand, MIN_UNIFORM).
-    u = tl.maximum(tl.rand(seed, offset), MIN_UNIFORM)
-    if FAST_LOG:
-        # log(1 - u) with the same series near 0 as mrv2._log1m; lg2.approx elsewhere.
-        one_minus = tl.where(u < 1e-3, -u * (1.0 + u * (0.5 + u * (1.0 / 3.0))), libdevice.fast_logf(1.0 - u))
-        return -libdevice.fast_logf(-one_minus)
-    else:
-        return -tl.log(-_log1m(u))
-
-
-# ---------------------------------------------------------------------------------------------
-# Which rows of a request are read (kernels 1 and 3)
-# ---------------------------------------------------------------------------------------------
 
 
 # ---------------------------------------------------------------------------------------------
@@ -235,8 +212,17 @@ def _stats_kernel(
 
 
 @triton.jit
-def _rows_lse(local_max_ptr, local_sumexp_ptr, rows, read, local_stride, num_blocks, NUM_BLOCKS_P2: tl.constexpr):
-    # mrv2._global_lse for a vector of rows: [ROWS] LSEs from the [ROWS, nb] partials.
+def _rows_lse(
+    # [N, nb] per-block max and sum exp(x - max)
+    local_max_ptr,
+    local_sumexp_ptr,
+    rows,  # [ROWS] int64
+    read,  # [ROWS] bool: rows to reduce (the others give -inf)
+    local_stride,
+    num_blocks,
+    NUM_BLOCKS_P2: tl.constexpr,
+):
+    # mrv2.stats._global_lse for a vector of rows: [ROWS] LSEs from the [ROWS, nb] partials.
     b = tl.arange(0, NUM_BLOCKS_P2)
     mask = read[:, None] & (b < num_blocks)[None, :]
     ptrs = rows[:, None] * local_stride + b[None, :]
@@ -376,73 +362,60 @@ def _resample_kernel(
     row = start + tau
     is_bonus = row == end - 1
     temperature = tl.load(temperature_ptr + slot)
-    if not FUSED_INSERT:
-        if (temperature == 0.0) & (is_bonus == 0):
-            return  # greedy already stored the argmax at the rejected slot
-        _resample_span(
-            resampled_local_argmax_ptr,
-            resampled_local_max_ptr,
-            req * resampled_stride + span,
-            target_rejected_lse_ptr,
-            draft_rejected_lse_ptr,
-            target_logits_ptr,
-            target_logits_stride,
-            draft_logits_ptr,
-            draft_logits_stride_0,
-            draft_logits_stride_1,
-            draft_sampled_ptr,
-            pos_ptr,
-            cumulative_log_p_ptr,
-            seed_ptr,
-            req,
-            slot,
-            end,
-            tau,
-            row,
-            is_bonus,
-            temperature,
-            span,
-            vocab_size,
-            HAS_DRAFT_LOGITS,
-            USE_BLOCK_VERIFICATION,
-            FAST_LOG,
-            BLOCK_V,
-            BLOCKS,
-        )
-    else:
+    if FUSED_INSERT:
         # A greedy request's rejected slot already holds the argmax: only the bonus row is sampled
         sampling = (temperature != 0.0) | is_bonus
-        if sampling:
-            _resample_span(
-                resampled_local_argmax_ptr,
-                resampled_local_max_ptr,
-                req * resampled_stride + span,
-                target_rejected_lse_ptr,
-                draft_rejected_lse_ptr,
-                target_logits_ptr,
-                target_logits_stride,
-                draft_logits_ptr,
-                draft_logits_stride_0,
-                draft_logits_stride_1,
-                draft_sampled_ptr,
-                pos_ptr,
-                cumulative_log_p_ptr,
-                seed_ptr,
-                req,
-                slot,
-                end,
-                tau,
-                row,
-                is_bonus,
-                temperature,
-                span,
-                vocab_size,
-                HAS_DRAFT_LOGITS,
-                USE_BLOCK_VERIFICATION,
-                FAST_LOG,
-                BLOCK_V,
-                BLOCKS,
-            )
+    else:
+        if (temperature == 0.0) & (is_bonus == 0):
+            return  # greedy already stored the argmax at the rejected slot
+        sampling = True  # a Python constant: the block below is not a branch
+    if sampling:
+        # One program's partial: the Gumbel-max over its BLOCKS blocks of the resample row.
+        out = req * resampled_stride + span
+        rejected = tl.load(draft_sampled_ptr + row + 1, mask=row + 1 < end, other=0).to(tl.int64)
+        plain = is_bonus | (rejected < 0)  # bonus row, or a placeholder never drawn: sample the target
+        # Loaded whatever the row (in-bounds; unused for a plain row): one set-up for every block
+        target_lse = tl.load(target_rejected_lse_ptr + req)
+        draft_lse = tl.load(draft_rejected_lse_ptr + req)
+        log_p_tau = 0.0
+        if USE_BLOCK_VERIFICATION:
+            log_p_tau = tl.load(cumulative_log_p_ptr + row - 1, mask=tau > 0, other=0.0)
+        d_ptr = draft_logits_ptr + slot * draft_logits_stride_0 + tau * draft_logits_stride_1
+        gseed = tl.randint(tl.load(seed_ptr + slot), tl.load(pos_ptr + row).to(tl.int32))
+
+        # ---- BLOCKS blocks in turn, keeping the first maximum (so the partial is the one of a
+        # single BLOCKS * BLOCK_V-wide block: insert's tie-break is unchanged)
+        best_val = tl.full((), float("-inf"), tl.float32)
+        best_idx = (span * BLOCKS * BLOCK_V).to(tl.int64)
+        for i in range(BLOCKS):
+            offs = (span * BLOCKS + i) * BLOCK_V + tl.arange(0, BLOCK_V)
+            mask = offs < vocab_size
+            x = _load_logits(target_logits_ptr + row * target_logits_stride + offs, mask, True)
+            # ---- residual logits rho(x) in log space, exactly as mrv2 (spec 3.6)
+            if plain:
+                rho = x
+            else:
+                if HAS_DRAFT_LOGITS:
+                    a = x - target_lse
+                    if USE_BLOCK_VERIFICATION:
+                        a += log_p_tau  # log p_tau (0 at tau = 0: the same sum as mrv2's)
+                    g = tl.load(d_ptr + offs, mask=mask, other=float("-inf")).to(tl.float32) / temperature
+                    g = g - draft_lse
+                    ratio = tl.exp(g - a)
+                    rho = tl.where(ratio < 1.0, a + _log1m(ratio), float("-inf"))
+                else:
+                    rho = tl.where(offs == rejected, float("-inf"), x)
+            # ---- Gumbel-max (target logits already carry temperature)
+            if temperature != 0.0:
+                rho = rho + _gumbel_noise(gseed, offs.to(tl.int32), FAST_LOG)
+            rho = tl.where(mask, rho, float("-inf"))
+            value, index = tl.max(rho, 0, return_indices=True, return_indices_tie_break_left=True)
+            better = value > best_val
+            best_idx = tl.where(better, (span * BLOCKS + i) * BLOCK_V + index.to(tl.int64), best_idx)
+            best_val = tl.where(better, value, best_val)
+        tl.store(resampled_local_max_ptr + out, best_val)
+        tl.store(resampled_local_argmax_ptr + out, best_idx)
+    if FUSED_INSERT:
         # ---- insert, by the last of the request's programs to count itself done: the barrier
         # puts every thread's partial stores before the (release) count; the one that sees
         # num_spans - 1 programs done before it (acquire) reads their partials past L1.
@@ -461,86 +434,6 @@ def _resample_kernel(
                 )
                 tl.store(sampled_ptr + req * sampled_stride + tau, token)
             tl.store(num_sampled_ptr + req, (tau + 1).to(tl.int32))
-
-
-@triton.jit
-def _resample_span(
-    resampled_local_argmax_ptr,
-    resampled_local_max_ptr,
-    out,
-    target_rejected_lse_ptr,
-    draft_rejected_lse_ptr,
-    target_logits_ptr,
-    target_logits_stride,
-    draft_logits_ptr,
-    draft_logits_stride_0,
-    draft_logits_stride_1,
-    draft_sampled_ptr,
-    pos_ptr,
-    cumulative_log_p_ptr,
-    seed_ptr,
-    req,
-    slot,
-    end,
-    tau,
-    row,
-    is_bonus,
-    temperature,
-    span,
-    vocab_size,
-    HAS_DRAFT_LOGITS: tl.constexpr,
-    USE_BLOCK_VERIFICATION: tl.constexpr,
-    FAST_LOG: tl.constexpr,
-    BLOCK_V: tl.constexpr,
-    BLOCKS: tl.constexpr,
-):
-    # One program's partial: the Gumbel-max over its BLOCKS blocks of the resample row, stored at
-    # [R, rb] offset ``out``.
-    rejected = tl.load(draft_sampled_ptr + row + 1, mask=row + 1 < end, other=0).to(tl.int64)
-    plain = is_bonus | (rejected < 0)  # bonus row, or a placeholder never drawn: sample the target
-    # Loaded whatever the row (in-bounds; unused for a plain row): one set-up for every block
-    target_lse = tl.load(target_rejected_lse_ptr + req)
-    draft_lse = tl.load(draft_rejected_lse_ptr + req)
-    log_p_tau = 0.0
-    if USE_BLOCK_VERIFICATION:
-        log_p_tau = tl.load(cumulative_log_p_ptr + row - 1, mask=tau > 0, other=0.0)
-    d_ptr = draft_logits_ptr + slot * draft_logits_stride_0 + tau * draft_logits_stride_1
-    gseed = tl.randint(tl.load(seed_ptr + slot), tl.load(pos_ptr + row).to(tl.int32))
-
-    # ---- BLOCKS blocks in turn, keeping the first maximum (so the partial is the one of a
-    # single BLOCKS * BLOCK_V-wide block: insert's tie-break is unchanged)
-    best_val = tl.full((), float("-inf"), tl.float32)
-    best_idx = (span * BLOCKS * BLOCK_V).to(tl.int64)
-    for i in range(BLOCKS):
-        offs = (span * BLOCKS + i) * BLOCK_V + tl.arange(0, BLOCK_V)
-        mask = offs < vocab_size
-        x = tl.load(target_logits_ptr + row * target_logits_stride + offs, mask=mask, other=float("-inf"))
-        x = x.to(tl.float32)
-        x = tl.where(x != x, float("-inf"), x)
-        # ---- residual logits rho(x) in log space, exactly as mrv2 (spec 3.6)
-        if plain:
-            rho = x
-        else:
-            if HAS_DRAFT_LOGITS:
-                a = x - target_lse
-                if USE_BLOCK_VERIFICATION:
-                    a += log_p_tau  # log p_tau (0 at tau = 0: the same sum as mrv2's)
-                g = tl.load(d_ptr + offs, mask=mask, other=float("-inf")).to(tl.float32) / temperature
-                g = g - draft_lse
-                ratio = tl.exp(g - a)
-                rho = tl.where(ratio < 1.0, a + _log1m(ratio), float("-inf"))
-            else:
-                rho = tl.where(offs == rejected, float("-inf"), x)
-        # ---- Gumbel-max (target logits already carry temperature)
-        if temperature != 0.0:
-            rho = rho + _gumbel_noise(gseed, offs.to(tl.int32), FAST_LOG)
-        rho = tl.where(mask, rho, float("-inf"))
-        value, index = tl.max(rho, 0, return_indices=True, return_indices_tie_break_left=True)
-        better = value > best_val
-        best_idx = tl.where(better, (span * BLOCKS + i) * BLOCK_V + index.to(tl.int64), best_idx)
-        best_val = tl.where(better, value, best_val)
-    tl.store(resampled_local_max_ptr + out, best_val)
-    tl.store(resampled_local_argmax_ptr + out, best_idx)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -590,53 +483,46 @@ class Pipeline(mrv2.Pipeline):
             return stages
         return [s for s in stages if s[0] != "insert"]
 
-    # ---- 1. block stats of the rows something reads: (R * groups, nb) programs
-    def _stats(self) -> None:
+    def _row_tiles(self, groups: int) -> dict:
+        # what the stats and residual-mass kernels take alike: each program one [rows, block] tile
+        # of one request, groups of them per request
         c = self.config
-        groups = triton.cdiv(self.k, c.stats_rows)
-        if groups == 0:
-            return  # K = 0: no draft rows
-        _stats_kernel[(self.num_reqs * groups, self.num_blocks)](
+        return dict(
             **self._logits(),
             draft_sampled_ptr=self.draft_sampled,
-            cu_num_logits_ptr=self.cu_num_logits,
-            idx_mapping_ptr=self.idx_mapping,
-            temperature_ptr=self.temperature,
-            target_local_argmax_ptr=self.target_local_argmax,
+            **self._requests(),
             **self._partials(),
             vocab_size=self.vocab_size,
-            HAS_DRAFT_LOGITS=self.has_draft_logits,
             K_P2=self.k_p2,
             ROWS=c.stats_rows,
             GROUPS=groups,
             BLOCK_V=c.stats_block,
-            SPECULATIVE_LOAD=c.speculative_load,
             num_warps=c.stats_warps,
+        )
+
+    # ---- 1. block stats of the rows something reads: (R * groups, nb) programs
+    def _stats(self) -> None:
+        groups = triton.cdiv(self.k, self.config.stats_rows)
+        if groups == 0:
+            return  # K = 0: no draft rows
+        _stats_kernel[(self.num_reqs * groups, self.num_blocks)](
+            **self._row_tiles(groups),
+            target_local_argmax_ptr=self.target_local_argmax,
+            HAS_DRAFT_LOGITS=self.has_draft_logits,
+            SPECULATIVE_LOAD=self.config.speculative_load,
         )
 
     # ---- 3. residual mass of the rows the rejection kernel reads: rows 1..K-1
     def _residual_mass(self) -> None:
-        c = self.config
-        groups = triton.cdiv(self.k - 1, c.stats_rows)
+        groups = triton.cdiv(self.k - 1, self.config.stats_rows)
         if groups <= 0:
             return  # K <= 1: the only draft row is row 0, whose residual is never read
         _residual_mass_kernel[(self.num_reqs * groups, self.num_blocks)](
-            **self._logits(),
-            draft_sampled_ptr=self.draft_sampled,
+            **self._row_tiles(groups),
             cumulative_log_p_ptr=self.cumulative_log_p,
-            cu_num_logits_ptr=self.cu_num_logits,
-            idx_mapping_ptr=self.idx_mapping,
-            temperature_ptr=self.temperature,
-            **self._partials(),
             num_blocks=self.num_blocks,
             local_residual_mass_ptr=self.local_residual_mass,
-            vocab_size=self.vocab_size,
-            K_P2=self.k_p2,
-            ROWS=c.stats_rows,
-            GROUPS=groups,
-            BLOCK_V=c.stats_block,
             NUM_BLOCKS_P2=self.num_blocks_p2,
-            num_warps=c.stats_warps,
         )
 
     # ---- 5. resample with the fast logs, then insert: num_sampled = tau + 1
@@ -645,26 +531,10 @@ class Pipeline(mrv2.Pipeline):
             return super()._resample()
         c = self.config
         _resample_kernel[(self.num_reqs, self.num_resample_blocks)](
+            **self._resample_inputs(),
             sampled_ptr=self.sampled,
             sampled_stride=self.sampled.stride(0),
-            resampled_local_argmax_ptr=self.resampled_local_argmax,
-            resampled_local_max_ptr=self.resampled_local_max,
-            resampled_stride=self.num_resample_blocks,
             num_spans=self.num_resample_blocks,
-            num_sampled_ptr=self.num_sampled,
-            target_rejected_lse_ptr=self.target_rejected_lse,
-            draft_rejected_lse_ptr=self.draft_rejected_lse,
-            **self._logits(),
-            draft_sampled_ptr=self.draft_sampled,
-            pos_ptr=self.pos,
-            cumulative_log_p_ptr=self.cumulative_log_p,
-            cu_num_logits_ptr=self.cu_num_logits,
-            idx_mapping_ptr=self.idx_mapping,
-            temperature_ptr=self.temperature,
-            seed_ptr=self.seed,
-            vocab_size=self.vocab_size,
-            HAS_DRAFT_LOGITS=self.has_draft_logits,
-            USE_BLOCK_VERIFICATION=self.use_block_verification,
             FAST_LOG=self.fast_log,
             BLOCK_V=c.resample_block,
             BLOCKS=c.resample_loop,
