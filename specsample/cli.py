@@ -68,35 +68,29 @@ def _add_path_options(p: argparse.ArgumentParser) -> None:
     from .schema import DRAFT_CACHES, LOGITS_SHAPES, PATH_DEFAULTS, ROW_ENTROPIES
 
     g = p.add_argument_group("sampler paths (docs/paths.md)")
-    g.add_argument(
-        "--logits-shape",
-        nargs="+",
-        default=[PATH_DEFAULTS["logits_shape"]],
-        choices=LOGITS_SHAPES,
-        metavar="SHAPE",
-        help=f"target logits: {', '.join(LOGITS_SHAPES)}",
-    )
-    g.add_argument(
+
+    def axis(flag: str, default: str, what: str, choices: tuple | None = None, metavar: str | None = None) -> None:
+        listed = f": {', '.join(choices)}" if choices and metavar else ""
+        g.add_argument(flag, nargs="+", default=[default], choices=choices, metavar=metavar, help=what + listed)
+
+    axis("--logits-shape", PATH_DEFAULTS["logits_shape"], "target logits", LOGITS_SHAPES, "SHAPE")
+    axis(
         "--row-entropy",
-        nargs="+",
-        default=[PATH_DEFAULTS["row_entropy"]],
-        choices=ROW_ENTROPIES,
-        metavar="LEVEL",
-        help=f"target rows' top-3 entropy against FLy's threshold, how often FLy may defer: {', '.join(ROW_ENTROPIES)}",
+        PATH_DEFAULTS["row_entropy"],
+        "target rows' top-3 entropy against FLy's threshold, how often FLy may defer",
+        ROW_ENTROPIES,
+        "LEVEL",
     )
-    g.add_argument(
-        "--masked-vocab-fraction", nargs="+", default=["0.0"], metavar="F", help="vocabulary masked to -inf, in ranges"
-    )
-    g.add_argument("--skip-masked-vocab-blocks", nargs="+", default=["off"], choices=["off", "on"])
-    g.add_argument("--fly-window-size", nargs="+", default=["0"], help="FLy deferral window W (0: off)")
-    g.add_argument("--watermark", nargs="+", default=["off"], choices=["off", "on"])
-    g.add_argument(
+    axis("--masked-vocab-fraction", "0.0", "vocabulary masked to -inf, in ranges", metavar="F")
+    axis("--skip-masked-vocab-blocks", "off", "vLLM's masked-block skip", ("off", "on"))
+    axis("--fly-window-size", "0", "FLy deferral window W (0: off)")
+    axis("--watermark", "off", "watermarking", ("off", "on"))
+    axis(
         "--draft-cache",
-        nargs="+",
-        default=[PATH_DEFAULTS["draft_cache"]],
-        choices=DRAFT_CACHES,
-        metavar="CACHE",
-        help=f"draft logits through the row-mapped cache: {', '.join(DRAFT_CACHES)}",
+        PATH_DEFAULTS["draft_cache"],
+        "draft logits through the row-mapped cache",
+        DRAFT_CACHES,
+        "CACHE",
     )
 
 
@@ -244,7 +238,7 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument(
         "--machine",
         default=None,
-        help="the machine shown; default: the one with the newest results, never a CPU-interpreter one",
+        help="the machine shown; default: the one with the most commits measured, never a CPU-interpreter one",
     )
     d.set_defaults(func=cmd_dashboard)
 

@@ -389,6 +389,11 @@ def test_a_cpu_interpreter_machine_is_shown_only_when_named(tmp_path):
     both = pd.concat([gpu, cpu], ignore_index=True)
     assert select.interpreter_machines(both) == {CPU_INTERPRETER_MACHINE}
     assert select.default_machine(both) == sr.MACHINE
+    # a second GPU's first run, newer than every result: the machine with the longer history stays
+    history = pd.concat([gpu, sr.peers_frame(commit_label="earlier", date="2026-11-01")], ignore_index=True)
+    fresh = gpu.assign(machine="h100", date=cpu["date"].max())
+    assert select.default_machine(pd.concat([history, fresh], ignore_index=True)) == sr.MACHINE
+    assert select.default_machine(pd.concat([gpu, fresh], ignore_index=True)) == "h100"  # a tie: the newest
     text = build_dashboard(both, tmp_path / "both").read_text(encoding="utf-8")
     assert f"other machines: {CPU_INTERPRETER_MACHINE}" in text
     with pytest.raises(ValueError, match="only CPU-interpreter results.*--machine"):

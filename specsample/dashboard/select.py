@@ -72,11 +72,15 @@ def interpreter_machines(df: pd.DataFrame) -> set[str]:
 
 
 def default_machine(df: pd.DataFrame) -> str | None:
-    """The machine with the newest result, CPU-interpreter machines left out (None if no other)."""
+    """The machine with the longest history (the most commits measured), the newest result
+    breaking a tie; CPU-interpreter machines left out (None if no other). A history page shows
+    most on the machine that has run longest, and the choice stays put when another machine
+    gets a first run, so the committed site is what README's main job builds."""
     rows = df[~df["machine"].isin(interpreter_machines(df))] if not df.empty else df
     if rows.empty:
         return None
-    return str(rows.sort_values("date", kind="stable")["machine"].iloc[-1])
+    per_machine = rows.groupby("machine").agg(commits=("commit", "nunique"), newest=("date", "max"))
+    return str(per_machine.sort_values(["commits", "newest"], kind="stable").index[-1])
 
 
 def without_self_ratios(df: pd.DataFrame) -> pd.DataFrame:
