@@ -40,3 +40,17 @@ def test_every_config_is_forced_and_matches_the_default(subject, module, device,
         assert torch.equal(num_sampled, expected[1]), name
         for row, n in enumerate(num_sampled.tolist()):
             assert torch.equal(sampled[row, :n], expected[0][row, :n]), name
+
+
+def test_the_masked_skip_cases_run_where_the_path_exists():
+    """The masked-block skip cases reach express (its path) with a forced configuration too, and
+    are left out for a subject without the path rather than called with an argument it lacks."""
+    masked = [Workload(**{"vocab_size": 300, **fields}) for n, fields in memcheck.CASES.items() if "masked" in n]
+    assert masked and all(w.skip_masked_vocab_blocks for w in masked)
+    for subject, config in (("express", None), ("express", "small"), ("fast", None), ("fast", "tiny"), ("mrv2", None)):
+        _, unsupported = memcheck._caller(subject, config)
+        reasons = {unsupported(w) for w in masked}
+        if subject == "express":
+            assert reasons == {None}, (subject, config, reasons)
+        else:
+            assert all(r and "skip_masked_vocab_blocks" in r for r in reasons), (subject, config, reasons)

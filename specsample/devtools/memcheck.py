@@ -11,7 +11,8 @@ box. Without a GPU it runs under Triton's
 interpreter (set here when ``TRITON_INTERPRET`` is unset): no memory checking there, but it
 proves every case runs. Cases: placeholder-heavy, all-placeholder, all-NaN logits, V not a
 multiple of any block size, R=1, ragged requests, R=128 (express's persistent resample pass
-loops there at ``--vocab-size 65536``), in every mode and draft kind; every output
+loops there at ``--vocab-size 65536``), masked vocabulary with the masked-block skip (for the
+subjects that have that path), in every mode and draft kind; every output
 token must lie in ``[0, V)`` (but the pre-#50939 replica's, which may emit ``-1`` by design)
 and every count in ``[1, K + 1]``.
 """
@@ -34,6 +35,19 @@ CASES = {
     "many-requests": dict(
         num_reqs=128, ragged=True, greedy_fraction=0.3, placeholder_density=0.5, placeholder_pattern="random"
     ),
+    # vLLM's masked-block skip, where the subject has it (express): wholly masked blocks are
+    # not loaded, so the masked loads' bounds are what memcheck watches
+    "masked-skip": dict(
+        masked_vocab_fraction=0.9,
+        skip_masked_vocab_blocks=True,
+        ragged=True,
+        greedy_fraction=0.25,
+        placeholder_density=0.5,
+        placeholder_pattern="random",
+    ),
+    "masked-skip-many-requests": dict(
+        num_reqs=128, masked_vocab_fraction=0.99, skip_masked_vocab_blocks=True, placeholder_density=0.25
+    ),
 }
 # Subjects run here: ours but the peers (FlashInfer is not ours to check).
 SUBJECTS = tuple(s for s in OUR_SUBJECTS if not s.startswith("flashinfer"))
@@ -55,11 +69,10 @@ def _caller(subject: str, config_name: str | None):
     num_sampled)`` and ``unsupported(w) -> reason or None``, from its registry entry; with
     ``config_name`` (see :func:`configs`), the subject's sampler with that configuration at every
     batch size (its ``config=`` argument)."""
-    if config_name is None:
-        from .. import subjects
+    from .. import sampler, subjects
 
+    if config_name is None:
         return subjects.get(subject).run, subjects.get(subject).unsupported
-    from .. import sampler
 
     launch = {"fast": sampler.rejection_sample_fast, "express": sampler.rejection_sample_express}[subject]
     forced = configs()[subject][config_name]
@@ -67,7 +80,7 @@ def _caller(subject: str, config_name: str | None):
     def call(w, device, inputs):
         return launch(**inputs, config=forced)
 
-    return call, lambda w: None
+    return call, subjects.get(subject).unsupported
 
 
 def run(subject: str, device: str, vocab_size: int = 20000, config: str | None = None) -> int:
