@@ -224,6 +224,11 @@ def build_parser() -> argparse.ArgumentParser:
     _add_machine(n)
     n.add_argument("--no-fetch", action="store_true", help="do not fetch missing vLLM releases first")
     n.add_argument(
+        "--no-exactness",
+        action="store_true",
+        help="do not check each subject's output law after the tier (results/<machine>/<sha8>.exactness)",
+    )
+    n.add_argument(
         "--no-bisect",
         action="store_true",
         help="do not bisect a new change point of vllm@main (with a checkout: results/<machine>/culprits/)",

@@ -51,6 +51,9 @@ MIN_EXPECTED = 5.0  # chi-square bins with a smaller expected count are merged
 MAX_ENUMERATED = 2_000_000  # V ** K draft sequences enumerated for the block acceptance law
 SCHEMA = 1
 SUFFIX = ".exactness"  # results/<machine>/<sha8>.exactness, one JSON object a line
+# What the nightly checks besides the tier's vLLM subjects (the newest release, vllm@main): our
+# samplers that claim the target's law, and the planted control that must be flagged.
+NIGHTLY_OURS = ("mrv2", "fast", "express")
 
 
 @dataclass(frozen=True)
@@ -494,6 +497,42 @@ def exit_code(rows: list[Row]) -> int:
         elif row.verdict in ("biased", "failed"):
             return 1
     return 0
+
+
+def write(rows: list[Row], path, machine: str, commit: str) -> None:
+    """``rows`` as ``path`` (JSON lines), each stamped with the machine and the commit."""
+    import json
+    from pathlib import Path
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w") as f:
+        for row in rows:
+            row.machine, row.commit = machine, commit
+            f.write(json.dumps(row.to_json(), sort_keys=True) + "\n")
+
+
+def nightly(
+    results_dir,
+    machine: str,
+    commit: str,
+    vllm_subjects: tuple[str, ...],
+    *,
+    device="cuda",
+    num_trials: int = DEFAULT_TRIALS,
+    log: Callable[[str], None] = lambda line: None,
+):
+    """The nightly's exactness step: :data:`NIGHTLY_OURS`, ``vllm_subjects`` and the planted
+    control, in both modes under every drafting, written to
+    ``results_dir/<machine>/<sha8>.exactness``; returns that path and the rows. A subject that
+    cannot load is ``failed`` rows, never the end of the nightly."""
+    from pathlib import Path
+
+    names = [*NIGHTLY_OURS, *dict.fromkeys(vllm_subjects), PLANTED]
+    rows = run(names, list(DRAFTINGS), MODES, num_trials=num_trials, device=device, log=log)
+    path = Path(results_dir) / machine / f"{commit[:8]}{SUFFIX}"
+    write(rows, path, machine, commit)
+    return path, rows
 
 
 def load(path) -> list[dict]:

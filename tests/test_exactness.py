@@ -127,6 +127,26 @@ def test_the_command_writes_rows_and_exits_by_verdict(tmp_path, monkeypatch):
     assert cli.main(argv + ["--subjects", "planted"]) == 1
 
 
+def test_the_nightly_step_checks_ours_the_releases_and_the_control(tmp_path, monkeypatch, cache):
+    """Every (subject, mode, drafting) of the nightly's list filed as one file; a release that
+    cannot load is failed rows, and the control is still checked after it."""
+    monkeypatch.setattr(exactness, "NIGHTLY_OURS", ("torch-eager",))
+    monkeypatch.setattr(exactness, "PLANTED_BASE", "torch-eager")
+    monkeypatch.setattr(exactness, "PLANTED_RATE", 0.3)
+    commit = "ab" * 20
+    path, rows = exactness.nightly(tmp_path, "m", commit, ("vllm==0.99.0",), device="cpu", num_trials=3000)
+    assert path == tmp_path / "m" / f"{commit[:8]}{exactness.SUFFIX}"
+    verdicts = {(r.subject, r.mode, r.drafting): r.verdict for r in rows}
+    assert len(rows) == len(verdicts) == 3 * len(exactness.MODES) * len(exactness.DRAFTINGS)
+    for mode in exactness.MODES:
+        assert verdicts["torch-eager", mode, "independent"] == "exact"
+        assert verdicts["torch-eager", mode, "production"] == "skipped"
+        assert verdicts["planted", mode, "independent"] == "biased"
+        assert {verdicts["vllm==0.99.0", mode, d] for d in exactness.DRAFTINGS} == {"failed"}
+    written = exactness.load(path)
+    assert len(written) == len(rows) and {(r["machine"], r["commit"]) for r in written} == {("m", commit)}
+
+
 @pytest.mark.parametrize(
     "extra",
     [

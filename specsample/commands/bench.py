@@ -174,6 +174,8 @@ def cmd_nightly(args: argparse.Namespace) -> int:
             # One asv run: each sweep is measured once and shared by its Latency, Derived and
             # Stages classes (benchmarks/common.py), so splitting the tier would measure it twice.
             run_tier("nightly", repo=repo, results_dir=results, machine=machine)
+            if not args.no_exactness:
+                _nightly_exactness(results, machine)
             vllm_repo = os.environ.get("SPECSAMPLE_VLLM_REPO")
             if vllm_repo and not args.no_bisect:
                 # A change point that showed up on vllm@main tonight: bisect it over vLLM's commits.
@@ -186,6 +188,23 @@ def cmd_nightly(args: argparse.Namespace) -> int:
         raise UsageError(f"specsample nightly: {exc}") from None
     print(f"specsample nightly: done in {time.monotonic() - start:.0f} s")
     return 0
+
+
+def _nightly_exactness(results: Path, machine: str) -> None:
+    """Each nightly subject's output law (docs/exactness.md), filed beside the night's asv
+    results: ours, the tier's vLLM subjects (vllm@main only with a checkout) and the control."""
+    from .. import exactness
+    from ..tiers import NIGHTLY_VLLM
+
+    vllm = tuple(s for s in NIGHTLY_VLLM if s != "vllm@main" or os.environ.get("SPECSAMPLE_VLLM_REPO"))
+    commit = _rev("HEAD")
+    start = time.monotonic()
+    path, rows = exactness.nightly(results, machine, commit, vllm, log=lambda line: print(line, flush=True))
+    biased = sorted({r.subject for r in rows if r.verdict == "biased" and r.subject != exactness.PLANTED})
+    print(
+        f"specsample nightly: exactness -> {path} in {time.monotonic() - start:.0f} s"
+        + (f"; biased: {', '.join(biased)}" if biased else "")
+    )
 
 
 def build_site(results: Path, out: Path, machine: str | None = None) -> Path:

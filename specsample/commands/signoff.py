@@ -141,11 +141,7 @@ def cmd_exactness(args: argparse.Namespace) -> int:
         log=lambda line: print(line, flush=True),
     )
     out = Path(args.results_dir) / machine / f"{commit[:8]}{exactness.SUFFIX}"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with out.open("w") as f:
-        for row in rows:
-            row.machine, row.commit = machine, commit
-            f.write(json.dumps(row.to_json(), sort_keys=True) + "\n")
+    exactness.write(rows, out, machine, commit)
     print(f"wrote {out}")
     return exactness.exit_code(rows)
 
