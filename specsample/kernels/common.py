@@ -8,9 +8,14 @@ kernels that call it, so where it lives changes no kernel's code.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import triton
 import triton.language as tl
 from triton.language.extra import libdevice
+
+if TYPE_CHECKING:
+    import torch
 
 # Smallest uniform: tl.rand can return exactly 0, and log(0) would make the standard test fail
 # open (and the Gumbel noise infinite); the clamp keeps log u finite (spec 3.8). The constant is
@@ -171,6 +176,35 @@ class PipelineLaunch:
         for _, stage in self.stages():
             stage()
         return self.sampled, self.num_sampled
+
+    def _take_inputs(
+        self,
+        target_logits: torch.Tensor,  # [N, V]
+        draft_logits: torch.Tensor | None,  # [max_num_reqs, K, V_d]
+        draft_sampled: torch.Tensor,  # [N]
+        cu_num_logits: torch.Tensor,  # [R + 1]
+        pos: torch.Tensor,  # [N]
+        idx_mapping: torch.Tensor,  # [R]
+        temperature: torch.Tensor,  # [max_num_reqs]
+        seed: torch.Tensor,  # [max_num_reqs]
+        num_speculative_steps: int,
+        synthetic_conditional_rates: torch.Tensor | None,  # [K]
+        use_block_verification: bool,
+    ) -> None:
+        """Keep the call's inputs that every kernel reads alike, and what their shapes give: N,
+        R, V (the narrower of the target's and the draft's), whether there are draft logits and
+        whether the rates are synthetic."""
+        self.target_logits, self.draft_logits, self.draft_sampled = target_logits, draft_logits, draft_sampled
+        self.cu_num_logits, self.pos, self.idx_mapping = cu_num_logits, pos, idx_mapping
+        self.temperature, self.seed, self.k = temperature, seed, num_speculative_steps
+        self.use_block_verification = use_block_verification
+        self.num_logits, vocab_size = target_logits.shape
+        self.num_reqs = idx_mapping.shape[0]
+        self.has_draft_logits = draft_logits is not None
+        if self.has_draft_logits:
+            vocab_size = min(vocab_size, draft_logits.shape[-1])
+        self.vocab_size = vocab_size
+        self.synthetic = synthetic_conditional_rates is not None
 
     def _logits(self) -> dict:
         # [N, V] target and [max_num_reqs, K, V_d] draft logits, as every kernel takes them

@@ -151,28 +151,30 @@ class Pipeline(PipelineLaunch):
         skip_masked_vocab_blocks: bool = False,
     ) -> None:
         del expanded_idx_mapping, expanded_local_pos, use_fp64  # implied by cu_num_logits; no effect
-        self.target_logits, self.draft_logits, self.draft_sampled = target_logits, draft_logits, draft_sampled
-        self.cu_num_logits, self.pos, self.idx_mapping = cu_num_logits, pos, idx_mapping
-        self.temperature, self.seed, self.k = temperature, seed, num_speculative_steps
-        self.use_block_verification = use_block_verification
+        self._take_inputs(
+            target_logits,
+            draft_logits,
+            draft_sampled,
+            cu_num_logits,
+            pos,
+            idx_mapping,
+            temperature,
+            seed,
+            num_speculative_steps,
+            synthetic_conditional_rates,
+            use_block_verification,
+        )
         self.skip_masked = bool(skip_masked_vocab_blocks)
-        self.num_logits, vocab_size = target_logits.shape
-        self.num_reqs = idx_mapping.shape[0]
-        self.has_draft_logits = draft_logits is not None
-        if self.has_draft_logits:
-            vocab_size = min(vocab_size, draft_logits.shape[-1])
-        self.vocab_size = vocab_size
-        self.synthetic = synthetic_conditional_rates is not None
         device = target_logits.device
         # Programmatic dependent launch needs sm_90 (Hopper) or later; on CPU (Triton's
         # interpreter) and older GPUs the kernels run in plain stream order, the same draws.
         self.dependent_launch = supports_dependent_launch(device)
         self.config = config or default_config(self.num_reqs, self.dependent_launch)
-        if self.config.fused_insert and (triton.cdiv(vocab_size, SAMPLE_BLOCK) >= 1 << 15 or self.k >= 1 << 15):
+        if self.config.fused_insert and (triton.cdiv(self.vocab_size, SAMPLE_BLOCK) >= 1 << 15 or self.k >= 1 << 15):
             # the fused insert counts programs in num_sampled's high 16 bits, tau in the low ones
-            raise ValueError(f"express: V={vocab_size} or K={self.k} is too large for Config.fused_insert")
+            raise ValueError(f"express: V={self.vocab_size} or K={self.k} is too large for Config.fused_insert")
 
-        self.num_blocks = triton.cdiv(vocab_size, SAMPLE_BLOCK)
+        self.num_blocks = triton.cdiv(self.vocab_size, SAMPLE_BLOCK)
         self.nb_p2 = triton.next_power_of_2(self.num_blocks)
         self.k_p2 = triton.next_power_of_2(max(self.k, 1))
         self.stats_tiles = triton.cdiv(self.num_blocks, self.config.stats_blocks)

@@ -64,22 +64,21 @@ class Pipeline(PipelineLaunch):
         fused_reduction: bool = True,
         log1p: str = "libdevice",
     ) -> None:
-        self.target_logits, self.draft_logits, self.draft_sampled = target_logits, draft_logits, draft_sampled
-        self.cu_num_logits, self.pos, self.idx_mapping = cu_num_logits, pos, idx_mapping
-        self.expanded_idx_mapping, self.expanded_local_pos = expanded_idx_mapping, expanded_local_pos
-        self.temperature, self.seed, self.k = temperature, seed, num_speculative_steps
-        self.use_fp64, self.use_block_verification, self.placeholder_fix = (
-            use_fp64,
+        self._take_inputs(
+            target_logits,
+            draft_logits,
+            draft_sampled,
+            cu_num_logits,
+            pos,
+            idx_mapping,
+            temperature,
+            seed,
+            num_speculative_steps,
+            synthetic_conditional_rates,
             use_block_verification,
-            placeholder_fix,
         )
-        self.num_logits, vocab_size = target_logits.shape
-        self.num_reqs = idx_mapping.shape[0]
-        self.has_draft_logits = draft_logits is not None
-        if self.has_draft_logits:
-            vocab_size = min(vocab_size, draft_logits.shape[-1])
-        self.vocab_size = vocab_size
-        self.synthetic = synthetic_conditional_rates is not None
+        self.expanded_idx_mapping, self.expanded_local_pos = expanded_idx_mapping, expanded_local_pos
+        self.use_fp64, self.placeholder_fix = use_fp64, placeholder_fix
         device = target_logits.device
 
         self.vocab_block_size, self.block_warps = vocab_block_size, block_warps
@@ -91,9 +90,9 @@ class Pipeline(PipelineLaunch):
             log1p == "libdevice" and device.type == "cuda" and os.environ.get("TRITON_INTERPRET") != "1"
         )
         self.resample_block_size = resample_block_size
-        self.num_blocks = triton.cdiv(vocab_size, vocab_block_size)
+        self.num_blocks = triton.cdiv(self.vocab_size, vocab_block_size)
         self.num_blocks_p2 = triton.next_power_of_2(self.num_blocks)
-        self.num_resample_blocks = triton.cdiv(vocab_size, resample_block_size)
+        self.num_resample_blocks = triton.cdiv(self.vocab_size, resample_block_size)
         n, nb, r, rb = self.num_logits, self.num_blocks, self.num_reqs, self.num_resample_blocks
 
         # ---- scratch: [N, nb] partials, [N] prefix ratios, [R] rejected-row LSEs, [R, rb] maxima
