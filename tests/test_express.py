@@ -1177,9 +1177,12 @@ def test_masked_block_skip_ignores_the_masked_blocks_of_a_tested_row(device, mod
     bytes saved are the GPU's to measure). Junk written there after the stats (and cum_log_p,
     and, in standard mode, the rejection kernel, which gathers the drafts' target logits) leaves
     every partial and token of the skip-on call as it was; the skip-off call reads it (the
-    check that the junk would show)."""
+    check that the junk would show). The calls run in plain stream order: a dependently launched
+    kernel may load the logits before the kernel ahead of it (here, the junk's writes) is done,
+    which a call never meets (its logits are written before its first kernel)."""
+    vocab = 8193
     w = Workload(
-        num_reqs=6, num_speculative_steps=3, vocab_size=8193, mode=mode, placeholder_density=0.0, agreement=0.3, seed=43
+        num_reqs=6, num_speculative_steps=3, vocab_size=vocab, mode=mode, placeholder_density=0.0, agreement=0.3, seed=43
     )
     inputs = make_inputs(w, device=device)
     rows = inputs["target_logits"].shape[0]
@@ -1187,11 +1190,20 @@ def test_masked_block_skip_ignores_the_masked_blocks_of_a_tested_row(device, mod
     _mask_all_blocks_but(inputs, live)
     cu = inputs["cu_num_logits"].tolist()
     tested = [row for r in range(len(cu) - 1) for row in range(cu[r], cu[r + 1] - 1)]  # phi = 0: rows j < n
+    # Each tested row's draft at random in one of its live blocks: target probability > 0, so
+    # every later row has a residual for the junk to change (the logits, drawn on the device,
+    # differ between devices; drafts left in masked blocks could leave none).
+    g = torch.Generator().manual_seed(43)
+    for row in tested:
+        first = int(live[row, 0]) * BLOCK
+        token = first + int(torch.randint(0, min(BLOCK, vocab - first), (1,), generator=g))
+        inputs["draft_sampled"][row + 1] = token
     junk_after = "rejection" if mode == "standard" else "cum_log_p"
 
     def run(skip: bool, junk: bool) -> express.Pipeline:
         copy = {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in inputs.items()}
         pipe = express.Pipeline(**copy, config=express.LARGE_BATCH_CONFIG, skip_masked_vocab_blocks=skip)
+        pipe.dependent_launch = False
         for name, stage in pipe.stages():
             stage()
             if junk and name == junk_after:
