@@ -1182,7 +1182,13 @@ def test_masked_block_skip_ignores_the_masked_blocks_of_a_tested_row(device, mod
     which a call never meets (its logits are written before its first kernel)."""
     vocab = 8193
     w = Workload(
-        num_reqs=6, num_speculative_steps=3, vocab_size=vocab, mode=mode, placeholder_density=0.0, agreement=0.3, seed=43
+        num_reqs=6,
+        num_speculative_steps=3,
+        vocab_size=vocab,
+        mode=mode,
+        placeholder_density=0.0,
+        agreement=0.3,
+        seed=43,
     )
     inputs = make_inputs(w, device=device)
     rows = inputs["target_logits"].shape[0]
