@@ -202,8 +202,14 @@ def measure_point(
             results[name] = PointResult("failed", reason=errors[name])
             continue
         if not taken.samples[name]:
-            why = "; ".join(sorted({w for w in taken.states[name].throttled if w}))
-            results[name] = PointResult("failed", reason=f"every sample was taken while the GPU was throttled ({why})")
+            state = taken.states[name]
+            why = "; ".join(sorted({w for w in state.throttled if w}))
+            # what was left out, and the GPU's state then, still go into the results
+            results[name] = PointResult(
+                "failed",
+                reason=f"every sample was taken while the GPU was throttled ({why})",
+                extra={"gpu_state": state.summary()},
+            )
             continue
         t = sampler.sampler.timing(taken.samples[name])
         t.extra["bytes_required"] = required

@@ -449,6 +449,9 @@ def _measure_unit(unit: Unit, options: JobOptions, on_phase, monitor=None) -> di
             record.update(semantics=r.semantics, semantics_detail=r.semantics_detail, **r.extra)
         else:
             record = {"status": r.status, "reason": r.reason}
+            state = r.extra.get("gpu_state")
+            if state:  # every sample throttled: how many were left out, and the GPU's state
+                record.update(n_throttled=state.get("n_throttled"), gpu_state=state)
         records[subject] = record
     return records
 

@@ -204,3 +204,22 @@ def test_fixed_counts_still_interleave_abba():
 
     samples, errors = interleave({"A": Named("A"), "B": Named("B")}, {"A": 3, "B": 3})
     assert seen == ["A", "B", "B", "A", "A", "B"] and not errors and len(samples["A"]) == 3
+
+
+def test_a_point_whose_every_sample_was_throttled_fails_with_the_count_and_the_reason(device):
+    """Every sample under a power cap: the point fails (no sample is kept), and its record
+    still says how many samples were left out and why, beside the GPU's state."""
+    from specsample import worker
+
+    power = gpustate.THROTTLE_REASONS["sw_power_cap"]
+    monitor = gpustate.open_monitor(nvml=FakeNvml(itertools.repeat((1980, power))))
+    point = dict(
+        mode="standard", draft="logits", num_reqs=2, num_speculative_steps=2, vocab_size=64,
+        placeholder_density=0.0, placeholder_pattern="trailing",
+    )  # fmt: skip
+    options = worker.JobOptions(l2="warm", calls_per_sample=1, num_samples=4, device=device, check=False, host=True)
+    unit = worker.Unit("p", point, ("torch-eager",))
+    record = worker._measure_unit(unit, options, lambda *a: None, monitor=monitor)["torch-eager"]
+    assert record["status"] == "failed" and "throttled (sw_power_cap)" in record["reason"]
+    assert record["n_throttled"] == 4 and record["gpu_state"]["throttled_because"] == ["sw_power_cap"]
+    assert "samples" not in record  # nothing timed is kept
