@@ -96,19 +96,35 @@ def part_aa(args) -> dict:
     ]
     start = time.monotonic()
     out = worker.run_units(units, options(args.samples, noise_target=args.noise_target), log=log)
-    runs, counts = [], {v: 0 for v in stats.COMPARED_VERDICTS}
+    runs = []
+    counts = {v: 0 for v in stats.COMPARED_VERDICTS}
+    counts_fine = dict(counts)
     for r in range(args.aa_runs):
-        verdicts = []
+        verdicts, fine = [], []
         for i in range(len(points)):
             rec = out.records[f"aa{r}/{i}"]
             if rec["base"]["status"] != "ok" or rec["head"]["status"] != "ok":
                 verdicts.append("not measured")
+                fine.append("not measured")
                 continue
             capped = bool(rec["base"].get("capped") or rec["head"].get("capped"))
             verdicts.append(judge(rec, "base", "head", capped=capped)["verdict"])
+            # the thresholds the power part's finest figure uses: a plant caught there must not
+            # come with false alarms there
+            fine.append(judge(rec, "base", "head", capped=capped, min_effect=0.005, min_abs=0.0)["verdict"])
         for v in verdicts:
             counts[v] = counts.get(v, 0) + 1
-        runs.append({"run": r + 1, "verdicts": verdicts, "false_regressions": verdicts.count("slower")})
+        for v in fine:
+            counts_fine[v] = counts_fine.get(v, 0) + 1
+        runs.append(
+            {
+                "run": r + 1,
+                "verdicts": verdicts,
+                "false_regressions": verdicts.count("slower"),
+                "verdicts_min_effect_0.5pct": fine,
+                "false_regressions_min_effect_0.5pct": fine.count("slower"),
+            }
+        )
     return {
         "runs": args.aa_runs,
         "points_per_run": len(points),
@@ -116,6 +132,8 @@ def part_aa(args) -> dict:
         "false_regressions": sum(r["false_regressions"] for r in runs),
         "runs_with_a_false_regression": sum(1 for r in runs if r["false_regressions"]),
         "verdict_counts": counts,
+        "false_regressions_min_effect_0.5pct": sum(r["false_regressions_min_effect_0.5pct"] for r in runs),
+        "verdict_counts_min_effect_0.5pct": counts_fine,
         "per_run": runs,
         "gpu": out.gpu,
         "seconds": time.monotonic() - start,

@@ -46,6 +46,7 @@ BASE = dict(num_speculative_steps=4, vocab_size=151936)
 WORKLOADS = {
     # small batches: one partial wave, latency chains
     "R1-standard-phi0": Workload(num_reqs=1, mode="standard", **BASE),
+    "R1-standard-phi0.5": Workload(num_reqs=1, mode="standard", placeholder_density=0.5, **BASE),
     "R1-block-phi0.5": Workload(num_reqs=1, mode="block", placeholder_density=0.5, **BASE),
     "R1-greedy-phi0.5": Workload(num_reqs=1, mode="greedy", placeholder_density=0.5, **BASE),
     "R8-standard-phi0": Workload(num_reqs=8, mode="standard", **BASE),
