@@ -493,8 +493,6 @@ def test_default_config_follows_the_batch_size():
         express.default_config(1) == express.default_config(express.SMALL_BATCH_BELOW - 1) == express.SMALL_BATCH_CONFIG
     )
     assert express.default_config(express.SMALL_BATCH_BELOW) == express.LARGE_BATCH_CONFIG
-    # with dependent launch (an sm_90 GPU) the large configuration at every R
-    assert express.default_config(1, dependent_launch=True) == express.LARGE_BATCH_CONFIG
     assert express.SMALL_BATCH_CONFIG.fused_insert and not express.LARGE_BATCH_CONFIG.fused_insert
     stages = [name for name, _ in express.Pipeline(**make_inputs(Workload(num_reqs=2, vocab_size=V))).stages()]
     assert stages == ["stats", "rejection", "resample"]
@@ -1217,11 +1215,15 @@ def test_masked_block_skip_ignores_the_masked_blocks_of_a_tested_row(device, mod
         return pipe
 
     clean, skipped, read = run(False, False), run(True, True), run(False, True)
-    residual = clean.plan == express.rejection.PLAN_RESIDUAL.value
-    assert residual.any(), "no draft-residual request: nothing checked"
     assert emitted(skipped.sampled, skipped.num_sampled) == emitted(*ref.rejection_sample(**inputs))
-    assert torch.equal(skipped.resampled_mass[residual], clean.resampled_mass[residual])
-    assert not torch.equal(read.resampled_mass[residual], clean.resampled_mass[residual])
+    # A draft residual's resample pass: in standard mode every rejection; in block mode only a
+    # rejection at row 0 (tau >= 1 draws from the residual-mass pass's masses, checked below),
+    # which the device's logits may give no request of the batch.
+    residual = clean.plan == express.rejection.PLAN_RESIDUAL.value
+    assert residual.any() or mode == "block", "no draft-residual request: nothing checked"
+    if residual.any():
+        assert torch.equal(skipped.resampled_mass[residual], clean.resampled_mass[residual])
+        assert not torch.equal(read.resampled_mass[residual], clean.resampled_mass[residual])
     if mode == "block":
         written = [row for r in range(len(cu) - 1) for row in range(cu[r] + 1, cu[r + 1] - 1)]  # rows 1..n-1
         assert torch.equal(skipped.local_residual_mass[written], clean.local_residual_mass[written])

@@ -69,8 +69,8 @@ Kernels (grid; launched when), stage names as :data:`specsample.schema.STAGES`:
                                     grid would be larger than the programs that fit on the GPU at
                                     once, P of them (at most ``Config.resample_programs`` an SM)
                                     loop over the tiles of the requests with work (the same tiles)
-6. ``insert``         (R,)          large configuration (every R with dependent launch, else from
-                                    R = 32 up): level 1 where not yet drawn, level 2 in the chosen
+6. ``insert``         (R,)          large configuration (from R = 32 up): level 1 where not yet
+                                    drawn, level 2 in the chosen
                                     block (one block read), num_sampled = tau + 1. In the small
                                     configuration the resample kernel's last program per request
                                     does it (``Config.fused_insert``, fast's scheme and counter)

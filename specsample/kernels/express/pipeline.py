@@ -56,9 +56,11 @@ class Config:
 
 # One-hot drafts: the persistent resample pass, with as many programs as fit (16 an SM).
 LARGE_BATCH_CONFIG = Config(resample_programs=32)
-# fast's small-batch choices: stats of 8192 entries and 8 warps (as parallel as mrv2 below R=32),
-# and the insert inside the resample kernel (one launch fewer; from R=32 up the count costs more)
-SMALL_BATCH_CONFIG = Config(stats_blocks=4, stats_warps=8, fused_insert=True)
+# Below SMALL_BATCH_BELOW requests the call is one partial wave of programs and its time is the
+# chain of dependent steps, not bandwidth: stats programs of one sampling block (the shortest
+# per-program chain, twice the large configuration's programs), and the insert inside the
+# resample kernel (one launch and one wait fewer; from R=32 up the count costs more).
+SMALL_BATCH_CONFIG = Config(stats_blocks=1, fused_insert=True)
 SMALL_BATCH_BELOW = 32
 # The persistent resample pass keeps the batch's plans as [R_P2] vectors: up to this many requests.
 PERSISTENT_MAX_REQS = 1024
@@ -102,14 +104,10 @@ def supports_dependent_launch(device: torch.device) -> bool:
     return device.type == "cuda" and torch.cuda.get_device_capability(device)[0] >= 9
 
 
-def default_config(num_reqs: int, dependent_launch: bool = False) -> Config:
-    """The configuration used when none is given (R is known on the host: no device sync).
-
-    With dependent launch the large configuration at every R: the insert kernel's launch then
-    overlaps the resample kernel, and the fused insert's count costs more than it saves
-    (``specsample tune``, standard R=1: 18.2 us large against 19.0 small). Without it, ``small`` below
-    :data:`SMALL_BATCH_BELOW` requests."""
-    if dependent_launch or num_reqs >= SMALL_BATCH_BELOW:
+def default_config(num_reqs: int) -> Config:
+    """The configuration used when none is given (R is known on the host: no device sync):
+    ``small`` below :data:`SMALL_BATCH_BELOW` requests, ``large`` from there up."""
+    if num_reqs >= SMALL_BATCH_BELOW:
         return LARGE_BATCH_CONFIG
     return SMALL_BATCH_CONFIG
 
@@ -169,7 +167,7 @@ class Pipeline(PipelineLaunch):
         # Programmatic dependent launch needs sm_90 (Hopper) or later; on CPU (Triton's
         # interpreter) and older GPUs the kernels run in plain stream order, the same draws.
         self.dependent_launch = supports_dependent_launch(device)
-        self.config = config or default_config(self.num_reqs, self.dependent_launch)
+        self.config = config or default_config(self.num_reqs)
         if self.config.fused_insert and (triton.cdiv(self.vocab_size, SAMPLE_BLOCK) >= 1 << 15 or self.k >= 1 << 15):
             # the fused insert counts programs in num_sampled's high 16 bits, tau in the low ones
             raise ValueError(f"express: V={self.vocab_size} or K={self.k} is too large for Config.fused_insert")
