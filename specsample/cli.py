@@ -243,7 +243,8 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument(
         "--machine",
         default=None,
-        help="the machine shown; default: the one with the most commits measured, never a CPU-interpreter one",
+        help="only this machine's site, in --out; default: every GPU machine's, the one with the most commits "
+        "measured in --out and each other in --out/MACHINE/ (never a CPU-interpreter one)",
     )
     d.set_defaults(func=cmd_dashboard)
 

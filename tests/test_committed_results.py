@@ -21,7 +21,7 @@ from site_pages import ASV_NAME, drawn_figures, rows, visible_text
 from site_pages import section as _section
 
 from specsample.cli import main
-from specsample.dashboard import FIGURES, MissingData, build_dashboard, render_figure
+from specsample.dashboard import FIGURES, MissingData, build_sites, render_figure
 from specsample.dashboard.names import benchmark_label
 from specsample.dashboard.specs import PLACEHOLDER_CHANGE_TEXT
 from specsample.track import changepoints
@@ -49,8 +49,9 @@ def real_df():
 @pytest.fixture(scope="module")
 def real_site(real_df, tmp_path_factory):
     out = tmp_path_factory.mktemp("real") / "site"
-    # the default machine, as README's main job builds it: h200, whose history is the longest
-    index = build_dashboard(real_df, out, results_dir=RESULTS)
+    # as README's main job builds it: the default machine (h200, whose history is the longest)
+    # in out, every other GPU machine in out/<machine>/
+    index = build_sites(real_df, out, results_dir=RESULTS)[0]
     assert "h200</title>" in index.read_text(encoding="utf-8")
     return out, index.read_text(encoding="utf-8")
 
@@ -226,10 +227,15 @@ def test_the_committed_site_is_what_the_build_writes(real_site):
     committed = RESULTS.parent / "dashboards"
     if not (committed / "index.html").is_file():
         pytest.skip("no committed dashboards/ in this checkout")
-    for page in ("index.html", "releases.html"):
+    pages = sorted(p.relative_to(out) for p in out.rglob("*.html"))
+    assert len(pages) >= 4, pages  # h200's site and h100's
+    assert pages == sorted(p.relative_to(committed) for p in committed.rglob("*.html"))
+    for page in pages:
         built = (out / page).read_text(encoding="utf-8")
         assert (committed / page).read_text(encoding="utf-8") == built, f"dashboards/{page} is stale: rebuild it"
-    assert {p.name for p in (committed / "figures").glob("*.png")} == {p.name for p in (out / "figures").glob("*.png")}
+    assert {p.relative_to(committed) for p in committed.rglob("*.png")} == {
+        p.relative_to(out) for p in out.rglob("*.png")
+    }
 
 
 def test_first_run_traps_on_the_committed_site(real_site):

@@ -27,6 +27,7 @@ from specsample.dashboard import (
     FigureSpec,
     MissingData,
     build_dashboard,
+    build_sites,
     names,
     page,
     render,
@@ -552,3 +553,43 @@ def test_the_releases_page_names_the_tiers_releases_it_has_no_results_for(site):
     names = ", ".join(f"vllm=={r}" for r in unmeasured)
     assert f"Not measured here yet: {names} (in specsample.tiers.MRV2_RELEASES)" in releases
     assert f"specsample backfill {' '.join('vllm==' + r for r in unmeasured)}" in releases
+
+
+def test_every_gpu_machine_gets_its_own_linked_site(tmp_path):
+    """build_sites (README's main job): the default machine's site at the top, each other GPU
+    machine's in a folder of its name, every page linking the others' (index to index, releases
+    to releases); a CPU-interpreter machine gets none; with only one, build_dashboard's error."""
+    from specsample.schema import CPU_INTERPRETER_MACHINE
+
+    history = pd.concat(
+        [sr.peers_frame(), sr.peers_frame(commit_label="earlier", date="2026-11-01")], ignore_index=True
+    )
+    other = sr.peers_frame().assign(machine="h100")
+    cpu = sr.peers_frame().assign(machine=CPU_INTERPRETER_MACHINE, tier="smoke", gpu=None)
+    out = tmp_path / "site"
+    indexes = build_sites(pd.concat([history, other, cpu], ignore_index=True), out)
+    assert indexes == [out / "index.html", out / "h100" / "index.html"]
+    assert sorted(p.relative_to(out).as_posix() for p in out.rglob("*.html")) == [
+        "h100/index.html",
+        "h100/releases.html",
+        "index.html",
+        "releases.html",
+    ]
+    top, sub = (i.read_text(encoding="utf-8") for i in indexes)
+    assert (
+        f"<h1>specsample benchmarks — {sr.MACHINE}</h1>" in top
+        and 'other machines: <a href="h100/index.html">h100</a>' in top
+    )
+    assert (
+        "<h1>specsample benchmarks — h100</h1>" in sub
+        and f'other machines: <a href="../index.html">{sr.MACHINE}</a>' in sub
+    )
+    assert 'other machines: <a href="h100/releases.html">h100</a>' in (out / "releases.html").read_text(
+        encoding="utf-8"
+    )
+    assert f'<a href="../releases.html">{sr.MACHINE}</a>' in (out / "h100" / "releases.html").read_text(
+        encoding="utf-8"
+    )
+    assert (out / "h100" / "figures").is_dir() and CPU_INTERPRETER_MACHINE not in top
+    with pytest.raises(ValueError, match="only CPU-interpreter results.*--machine"):
+        build_sites(cpu, tmp_path / "cpu")

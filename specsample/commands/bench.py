@@ -208,7 +208,9 @@ def _nightly_exactness(results: Path, machine: str) -> None:
 
 
 def build_site(results: Path, out: Path, machine: str | None = None) -> Path:
-    from ..dashboard import build_dashboard
+    """``machine``'s site in ``out``; without one, every GPU machine's (the default machine's in
+    ``out``, the others' in ``out/<machine>/``). Returns the index in ``out``."""
+    from ..dashboard import build_dashboard, build_sites
     from ..track.results import load_results
 
     if not results.is_dir():
@@ -220,12 +222,17 @@ def build_site(results: Path, out: Path, machine: str | None = None) -> Path:
     if df.empty:
         raise UsageError(f"specsample dashboard: no results under {results}")
     try:
-        index = build_dashboard(df, out, machine=machine, results_dir=results)
+        if machine is None:
+            indexes = build_sites(df, out, results_dir=results)
+        else:
+            indexes = [build_dashboard(df, out, machine=machine, results_dir=results)]
     except ValueError as exc:
         raise UsageError(f"specsample dashboard: {exc}") from None
-    pages = ", ".join(str(page) for page in (index, index.with_name("releases.html")) if page.exists())
+    pages = ", ".join(
+        str(page) for index in indexes for page in (index, index.with_name("releases.html")) if page.exists()
+    )
     print(f"specsample dashboard: {len(df)} result rows -> {pages} in {time.monotonic() - start:.1f} s")
-    return index
+    return indexes[0]
 
 
 def cmd_dashboard(args: argparse.Namespace) -> int:

@@ -17,6 +17,7 @@ build. No torch and no Triton are imported: the site builds on any machine with 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -31,7 +32,7 @@ from .render import Context, Rendered, render_all, render_figure
 from .select import MissingData
 from .specs import FIGURES, OUR_TIERS, SECTIONS, FigureSpec
 
-__all__ = ["FIGURES", "FigureSpec", "MissingData", "build_dashboard", "render_figure"]
+__all__ = ["FIGURES", "FigureSpec", "MissingData", "build_dashboard", "build_sites", "render_figure"]
 
 
 def build_dashboard(
@@ -41,6 +42,7 @@ def build_dashboard(
     machine: str | None = None,
     figures: Sequence[FigureSpec] = FIGURES,
     results_dir: str | Path | None = None,
+    machine_links: dict[str, str] | None = None,
 ) -> Path:
     """Write ``out_dir/index.html``, ``out_dir/releases.html`` and ``out_dir/figures/*.png``;
     return the index path.
@@ -61,6 +63,10 @@ def build_dashboard(
     results_dir : str or Path, optional
         The results directory ``df`` was loaded from: the releases page shows the provenance
         its runs recorded (:func:`specsample.track.results.load_provenance`).
+    machine_links : dict, optional
+        The other machines' sites, name -> href of their ``index.html`` relative to ``out_dir``
+        (:func:`build_sites`): both pages link them (the releases page to their releases page).
+        Without it the other machines are only named.
     """
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -101,6 +107,12 @@ def build_dashboard(
         notes=select.status_notes(data[~ours]),
         fidelity=select.replica_fidelity(data, REPLICATED_RELEASE),
         exactness=exactness_rows(results_dir, machine),
+        machine_links=None
+        if machine_links is None
+        else {
+            name: href.removesuffix(page.PAGES["index"]) + page.PAGES["releases"]
+            for name, href in machine_links.items()
+        },
     )
     return page.write_index(
         out_dir,
@@ -113,7 +125,42 @@ def build_dashboard(
         newest=changepoints.newest_vs_previous(data),
         captions=captions,
         provenance=provenance,
+        machine_links=machine_links,
     )
+
+
+def build_sites(
+    df: pd.DataFrame,
+    out_dir: str | Path,
+    *,
+    figures: Sequence[FigureSpec] = FIGURES,
+    results_dir: str | Path | None = None,
+) -> list[Path]:
+    """One site per GPU machine, linked to each other: the default machine's
+    (:func:`select.default_machine`, the longest history) in ``out_dir``, every other machine's
+    in ``out_dir/<machine>/`` (CPU-interpreter machines left out). Timings of two GPUs never
+    share an axis; each site is :func:`build_dashboard` of one machine. Returns the index paths,
+    the default machine's first. With no GPU machine, :func:`build_dashboard`'s choice and errors."""
+    out_dir = Path(out_dir)
+    default = select.default_machine(df) if not df.empty else None
+    if default is None:  # no GPU machine: build_dashboard says why (an empty frame: an empty site)
+        return [build_dashboard(df, out_dir, figures=figures, results_dir=results_dir)]
+    others = sorted(set(df["machine"].dropna()) - select.interpreter_machines(df) - {default})
+    for name in others:
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", name):
+            raise ValueError(f"machine name {name!r} cannot name a site directory")
+    sites = {default: out_dir, **{name: out_dir / name for name in others}}
+
+    def links(here: str) -> dict[str, str]:
+        up = "" if here == default else "../"
+        return {
+            name: f"{up}{'' if name == default else name + '/'}{page.PAGES['index']}" for name in sites if name != here
+        }
+
+    return [
+        build_dashboard(df, where, machine=name, figures=figures, results_dir=results_dir, machine_links=links(name))
+        for name, where in sites.items()
+    ]
 
 
 def _with_culprits(changes, results_dir):

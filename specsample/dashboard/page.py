@@ -76,17 +76,19 @@ def write_index(
     newest: pd.DataFrame,
     captions: dict,
     provenance: dict | None = None,
+    machine_links: dict[str, str] | None = None,
 ) -> Path:
     """``out_dir/index.html``: header, newest vs previous, the ranked regressions and
     improvements over commits, the figure sections, provenance (which code each subject was,
-    FlashInfer's version among them), the environment."""
+    FlashInfer's version among them), the environment. ``machine_links``: the other machines'
+    sites (name -> href), linked from the header; without it the other machines are named."""
     order = commit_order(data) if not data.empty else pd.DataFrame()
     header = [f"{len(order)} commits"]
     if len(order):
         header.append(f"{order['date'].min():%Y-%m-%d} → {order['date'].max():%Y-%m-%d}")
         header.append(f"newest {str(order['commit'].iloc[-1])[:8]}")
     others = sorted(set(all_data["machine"].dropna()) - {machine}) if not all_data.empty else []
-    if others:
+    if others and machine_links is None:
         header.append("other machines: " + ", ".join(others))
     sections = _sections(rendered, "index", captions)
     links = [
@@ -103,6 +105,7 @@ def write_index(
     context = {
         "machine": str(machine),
         "header": header,
+        "machines": _machine_links(machine_links),
         "releases_href": PAGES["releases"],
         "nav": links,
         "notes": notes,
@@ -120,6 +123,10 @@ def write_index(
     return _write(out_dir / PAGES["index"], "index.html", context)
 
 
+def _machine_links(links: dict[str, str] | None) -> list[dict]:
+    return [{"name": name, "href": href} for name, href in sorted((links or {}).items())]
+
+
 def write_releases(
     out_dir: Path,
     *,
@@ -132,10 +139,11 @@ def write_releases(
     notes: list[str],
     fidelity: pd.DataFrame | None = None,
     exactness: list[dict] | None = None,
+    machine_links: dict[str, str] | None = None,
 ) -> Path:
     """``out_dir/releases.html``: the fastest release per mode, the placeholder change between
     releases, the newest release against ours, replica fidelity, faults and semantics, latency
-    over releases, changes between releases, provenance."""
+    over releases, changes between releases, provenance. ``machine_links`` as for the index."""
     releases = changepoints.release_order(rows["release"].dropna()) if not rows.empty else []
     dated = list(commit_order(rows.dropna(subset=["commit"]))["commit"]) if not rows.empty else []  # oldest first
     commits = sorted(dated)
@@ -178,6 +186,7 @@ def write_releases(
     context = {
         "machine": str(machine),
         "header": header,
+        "machines": _machine_links(machine_links),
         "index_href": PAGES["index"],
         "nav": links,
         "notes": notes,
