@@ -64,9 +64,9 @@ def build_dashboard(
         The results directory ``df`` was loaded from: the releases page shows the provenance
         its runs recorded (:func:`specsample.track.results.load_provenance`).
     machine_links : dict, optional
-        The other machines' sites, name -> href of their ``index.html`` relative to ``out_dir``
-        (:func:`build_sites`): both pages link them (the releases page to their releases page).
-        Without it the other machines are only named.
+        The other machines' sites, name -> their folder relative to ``out_dir`` ("" or ending in
+        "/"; :func:`build_sites`): each page links the same page of theirs. Without it the other
+        machines are only named.
     """
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -107,12 +107,7 @@ def build_dashboard(
         notes=select.status_notes(data[~ours]),
         fidelity=select.replica_fidelity(data, REPLICATED_RELEASE),
         exactness=exactness_rows(results_dir, machine),
-        machine_links=None
-        if machine_links is None
-        else {
-            name: href.removesuffix(page.PAGES["index"]) + page.PAGES["releases"]
-            for name, href in machine_links.items()
-        },
+        machine_links=machine_links,
     )
     return page.write_index(
         out_dir,
@@ -153,9 +148,7 @@ def build_sites(
 
     def links(here: str) -> dict[str, str]:
         up = "" if here == default else "../"
-        return {
-            name: f"{up}{'' if name == default else name + '/'}{page.PAGES['index']}" for name in sites if name != here
-        }
+        return {name: up + ("" if name == default else f"{name}/") for name in sites if name != here}
 
     return [
         build_dashboard(df, where, machine=name, figures=figures, results_dir=results_dir, machine_links=links(name))

@@ -81,7 +81,7 @@ def write_index(
     """``out_dir/index.html``: header, newest vs previous, the ranked regressions and
     improvements over commits, the figure sections, provenance (which code each subject was,
     FlashInfer's version among them), the environment. ``machine_links``: the other machines'
-    sites (name -> href), linked from the header; without it the other machines are named."""
+    sites (name -> folder), linked from the header; without it the other machines are named."""
     order = commit_order(data) if not data.empty else pd.DataFrame()
     header = [f"{len(order)} commits"]
     if len(order):
@@ -105,7 +105,7 @@ def write_index(
     context = {
         "machine": str(machine),
         "header": header,
-        "machines": _machine_links(machine_links),
+        "machines": _machine_links(machine_links, PAGES["index"]),
         "releases_href": PAGES["releases"],
         "nav": links,
         "notes": notes,
@@ -123,8 +123,9 @@ def write_index(
     return _write(out_dir / PAGES["index"], "index.html", context)
 
 
-def _machine_links(links: dict[str, str] | None) -> list[dict]:
-    return [{"name": name, "href": href} for name, href in sorted((links or {}).items())]
+def _machine_links(folders: dict[str, str] | None, page_name: str) -> list[dict]:
+    """The same page of each other machine's site (name -> its folder, relative to this one)."""
+    return [{"name": name, "href": folder + page_name} for name, folder in sorted((folders or {}).items())]
 
 
 def write_releases(
@@ -186,7 +187,7 @@ def write_releases(
     context = {
         "machine": str(machine),
         "header": header,
-        "machines": _machine_links(machine_links),
+        "machines": _machine_links(machine_links, PAGES["releases"]),
         "index_href": PAGES["index"],
         "nav": links,
         "notes": notes,
