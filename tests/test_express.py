@@ -1197,9 +1197,13 @@ def test_masked_block_skip_ignores_the_masked_blocks_of_a_tested_row(device, mod
     # Each tested row's draft at random in one of its live blocks: target probability > 0, so
     # every later row has a residual for the junk to change (the logits, drawn on the device,
     # differ between devices; drafts left in masked blocks could leave none).
+    # The first request's first draft instead in a masked block of its row 0: target probability
+    # 0, so it is rejected there on any device, in either mode -- a draft residual at row 0,
+    # whose resample pass the skip must keep off the masked blocks.
     g = torch.Generator().manual_seed(43)
     for row in tested:
-        first = int(live[row, 0]) * BLOCK
+        block = int(live[row, 0]) if row != cu[0] else (int(live[row, 0]) + 1) % 5
+        first = block * BLOCK
         token = first + int(torch.randint(0, min(BLOCK, vocab - first), (1,), generator=g))
         inputs["draft_sampled"][row + 1] = token
     junk_after = "rejection" if mode == "standard" else "cum_log_p"
@@ -1216,14 +1220,10 @@ def test_masked_block_skip_ignores_the_masked_blocks_of_a_tested_row(device, mod
 
     clean, skipped, read = run(False, False), run(True, True), run(False, True)
     assert emitted(skipped.sampled, skipped.num_sampled) == emitted(*ref.rejection_sample(**inputs))
-    # A draft residual's resample pass: in standard mode every rejection; in block mode only a
-    # rejection at row 0 (tau >= 1 draws from the residual-mass pass's masses, checked below),
-    # which the device's logits may give no request of the batch.
     residual = clean.plan == express.rejection.PLAN_RESIDUAL.value
-    assert residual.any() or mode == "block", "no draft-residual request: nothing checked"
-    if residual.any():
-        assert torch.equal(skipped.resampled_mass[residual], clean.resampled_mass[residual])
-        assert not torch.equal(read.resampled_mass[residual], clean.resampled_mass[residual])
+    assert residual[0], "the first request's draft in a masked block was not rejected at row 0"
+    assert torch.equal(skipped.resampled_mass[residual], clean.resampled_mass[residual])
+    assert not torch.equal(read.resampled_mass[residual], clean.resampled_mass[residual])
     if mode == "block":
         written = [row for r in range(len(cu) - 1) for row in range(cu[r] + 1, cu[r + 1] - 1)]  # rows 1..n-1
         assert torch.equal(skipped.local_residual_mass[written], clean.local_residual_mass[written])
