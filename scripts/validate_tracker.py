@@ -96,44 +96,38 @@ def part_aa(args) -> dict:
     ]
     start = time.monotonic()
     out = worker.run_units(units, options(args.samples, noise_target=args.noise_target), log=log)
+    # each A/A run judged at the sign-off's thresholds and at those of the power part's finest
+    # figure (suffix "_min_effect_0.5pct"): a plant caught there must not come with false alarms there
+    thresholds = {"": {}, "_min_effect_0.5pct": {"min_effect": 0.005, "min_abs": 0.0}}
     runs = []
-    counts = {v: 0 for v in stats.COMPARED_VERDICTS}
-    counts_fine = dict(counts)
     for r in range(args.aa_runs):
-        verdicts, fine = [], []
-        for i in range(len(points)):
-            rec = out.records[f"aa{r}/{i}"]
-            if rec["base"]["status"] != "ok" or rec["head"]["status"] != "ok":
-                verdicts.append("not measured")
-                fine.append("not measured")
-                continue
-            capped = bool(rec["base"].get("capped") or rec["head"].get("capped"))
-            verdicts.append(judge(rec, "base", "head", capped=capped)["verdict"])
-            # the thresholds the power part's finest figure uses: a plant caught there must not
-            # come with false alarms there
-            fine.append(judge(rec, "base", "head", capped=capped, min_effect=0.005, min_abs=0.0)["verdict"])
-        for v in verdicts:
-            counts[v] = counts.get(v, 0) + 1
-        for v in fine:
-            counts_fine[v] = counts_fine.get(v, 0) + 1
-        runs.append(
-            {
-                "run": r + 1,
-                "verdicts": verdicts,
-                "false_regressions": verdicts.count("slower"),
-                "verdicts_min_effect_0.5pct": fine,
-                "false_regressions_min_effect_0.5pct": fine.count("slower"),
-            }
-        )
+        run = {"run": r + 1}
+        for suffix, limits in thresholds.items():
+            verdicts = []
+            for i in range(len(points)):
+                rec = out.records[f"aa{r}/{i}"]
+                if rec["base"]["status"] != "ok" or rec["head"]["status"] != "ok":
+                    verdicts.append("not measured")
+                    continue
+                capped = bool(rec["base"].get("capped") or rec["head"].get("capped"))
+                verdicts.append(judge(rec, "base", "head", capped=capped, **limits)["verdict"])
+            run[f"verdicts{suffix}"] = verdicts
+            run[f"false_regressions{suffix}"] = verdicts.count("slower")
+        runs.append(run)
+    summary = {}
+    for suffix in thresholds:
+        counts = {v: 0 for v in stats.COMPARED_VERDICTS}
+        for run in runs:
+            for v in run[f"verdicts{suffix}"]:
+                counts[v] = counts.get(v, 0) + 1
+        summary[f"false_regressions{suffix}"] = sum(run[f"false_regressions{suffix}"] for run in runs)
+        summary[f"verdict_counts{suffix}"] = counts
     return {
         "runs": args.aa_runs,
         "points_per_run": len(points),
         "points": points,
-        "false_regressions": sum(r["false_regressions"] for r in runs),
-        "runs_with_a_false_regression": sum(1 for r in runs if r["false_regressions"]),
-        "verdict_counts": counts,
-        "false_regressions_min_effect_0.5pct": sum(r["false_regressions_min_effect_0.5pct"] for r in runs),
-        "verdict_counts_min_effect_0.5pct": counts_fine,
+        "runs_with_a_false_regression": sum(1 for run in runs if run["false_regressions"]),
+        **summary,
         "per_run": runs,
         "gpu": out.gpu,
         "seconds": time.monotonic() - start,
