@@ -94,15 +94,19 @@ def test_a_subject_without_a_drafting_sampler_skips_production_drafting():
 
 def test_production_drafting_on_the_shared_stream_is_flagged(tmp_path, cache):
     """A 0.28.0-shaped tree (no drafting flag) draws its drafts on the verifier's (seed, position)
-    stream: biased. A 0.29.0-shaped tree's production call salts the stream: exact; without the
-    flag: biased."""
+    stream: biased, and so does a 0.27.1-shaped one, whose cache arguments have the older names.
+    A 0.29.0-shaped tree's production call salts the stream: exact; without the flag: biased."""
+    store.extract_wheel(make_wheel(tmp_path, "9.7.0", gumbel="processed"))
     store.extract_wheel(make_wheel(tmp_path, "9.8.0", gumbel="unsalted"))
     store.extract_wheel(make_wheel(tmp_path, "9.9.0", gumbel="flag"))
-    old, new = exactness.drafting_of("vllm==9.8.0"), exactness.drafting_of("vllm==9.9.0")
-    assert not old.has_flag and new.has_flag
+    older, old, new = (exactness.drafting_of(f"vllm=={v}") for v in ("9.7.0", "9.8.0", "9.9.0"))
+    assert not old.has_flag and new.has_flag and not older.has_flag
+    assert older.cache_arguments == ("output_processed_logits", "output_processed_logits_col")
+    assert old.cache_arguments == new.cache_arguments == ("logits_cache", "logits_cache_col")
     trials = 12_000
-    shared = _check(subjects.get("vllm==9.8.0"), drafting="production", trials=trials, drafter=old)
-    assert shared.verdict == "biased", shared.summary
+    for name, drafter in (("vllm==9.7.0", older), ("vllm==9.8.0", old)):
+        shared = _check(subjects.get(name), drafting="production", trials=trials, drafter=drafter)
+        assert shared.verdict == "biased", (name, shared.summary)
     assert _check(subjects.get("vllm==9.8.0"), drafting="production-unsalted", drafter=old).verdict == "skipped"
     salted = _check(subjects.get("vllm==9.9.0"), drafting="production", trials=trials, drafter=new)
     assert salted.verdict == "exact", salted.summary

@@ -11,7 +11,9 @@ gives it 0.34.0's shape: the draft logits as ``draft_logits_cache``, from a modu
 imports reach code that must never load (:data:`CACHE_SOURCE`). ``gumbel="unsalted"`` or
 ``"flag"`` adds a drafting sampler, ``gumbel_sample`` in :data:`GUMBEL` (written here: Gumbel-max
 over specsample's Philox noise keyed by ``(seed, position)``, the noise the launcher, then
-specsample's batched reference, resamples with), without or with the ``is_drafting`` salt.
+specsample's batched reference, resamples with), without or with the ``is_drafting`` salt;
+``"processed"`` is the unsalted one with the cache arguments of 0.22.0 to 0.27.1
+(``output_processed_logits``, ``output_processed_logits_col``).
 """
 
 from __future__ import annotations
@@ -42,10 +44,17 @@ def copy(src, dst):
 GUMBEL = "vllm/v1/worker/gpu/sample/gumbel.py"
 
 
-def gumbel_source(flag: bool) -> str:
+def gumbel_source(kind: str) -> str:
     """Our drafting sampler: ``argmax(logits / T + G)`` with ``G`` the Gumbel noise of
     ``philox.randint(seed, position)`` (plus a salt under ``is_drafting``), the draft logits
-    written to the cache column. Without the salt it shares the resample step's stream."""
+    written to the cache column. Without the salt it shares the resample step's stream.
+    ``kind``: "unsalted", "flag" (the salt) or "processed" (unsalted, older cache names)."""
+    flag = kind == "flag"
+    cache, cache_col = (
+        ("output_processed_logits", "output_processed_logits_col")
+        if kind == "processed"
+        else ("logits_cache", "logits_cache_col")
+    )
     flag_arg = "is_drafting, " if flag else ""
     salt = "(1 << 30) if is_drafting else 0" if flag else "0"
     return f"""
@@ -61,13 +70,13 @@ def noise_stream():
 
 
 def gumbel_sample(logits, expanded_idx_mapping, temperature, seed, pos, apply_temperature,
-                  {flag_arg}logits_cache=None, logits_cache_col=None, use_fp64=False):
+                  {flag_arg}{cache}=None, {cache_col}=None, use_fp64=False):
     from specsample.reference import philox
     from specsample.reference.mrv2 import gumbel_noise
 
     slot = expanded_idx_mapping.long()
-    if logits_cache is not None:
-        logits_cache[slot, int(logits_cache_col)] = logits
+    if {cache} is not None:
+        {cache}[slot, int({cache_col})] = logits
     x = logits.float()
     if apply_temperature:
         x = x / temperature[slot].float()[:, None]
@@ -252,7 +261,7 @@ def tree_files(
     """The tree as {path: text}; its package __init__ files raise, so loading must not run them."""
     return {
         **({CACHE: CACHE_SOURCE, **RUNTIME} if cache else {}),
-        **({GUMBEL: gumbel_source(gumbel == "flag")} if gumbel else {}),
+        **({GUMBEL: gumbel_source(gumbel)} if gumbel else {}),
         "vllm/__init__.py": "raise RuntimeError('vllm/__init__.py must not run: it imports all of vLLM')\n",
         "vllm/v1/__init__.py": "raise RuntimeError('package __init__ ran')\n",
         "vllm/triton_utils/__init__.py": "raise RuntimeError('the real vllm.triton_utils must not load')\n",

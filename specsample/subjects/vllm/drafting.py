@@ -6,7 +6,10 @@ verifier's resample step uses its Gumbel helpers). They pass the request's seed 
 of the target row that verifies the draft, so the draft's noise sits at the same
 ``(seed, position)`` as the noise the verifier resamples that row with. Releases from 0.29.0 on
 take ``is_drafting``, which offsets the draft's position by a salt so that the two streams are
-disjoint; 0.28.0 has no such flag.
+disjoint; 0.28.0 has no such flag. The draft-logits cache it fills is ``logits_cache`` /
+``logits_cache_col`` from 0.28.0 on, ``output_processed_logits`` / ``output_processed_logits_col``
+before (0.22.0 to 0.27.1: those store the logits after temperature, the later ones before it; the
+exactness check's temperature is 1, where the two are the same values).
 
 :func:`drafting_sampler` loads that function through the same cache entry and namespace
 machinery as the subject itself (:func:`specsample.subjects.vllm.entry`, :class:`.Namespace`),
@@ -28,16 +31,20 @@ from . import entry, shim
 from .loader import Namespace
 
 GUMBEL_MODULE = "vllm.v1.worker.gpu.sample.gumbel"
+# The cache's (tensor, column) argument names, newest first.
+CACHE_ARGUMENTS = (("logits_cache", "logits_cache_col"), ("output_processed_logits", "output_processed_logits_col"))
 
 
 @dataclass(frozen=True)
 class DraftingSampler:
-    """One release's ``gumbel_sample`` and whether it takes the drafting flag."""
+    """One release's ``gumbel_sample``, whether it takes the drafting flag, and the names of its
+    draft-logits cache arguments (one pair of :data:`CACHE_ARGUMENTS`)."""
 
     name: str
     gumbel_sample: object
     namespace: Namespace
     has_flag: bool
+    cache_arguments: tuple[str, str] = CACHE_ARGUMENTS[0]
 
     def draw(self, inputs: dict, *, unsalted: bool = False) -> None:
         """Draw every draft of ``inputs`` (one trial batch: ``K + 1`` rows per request, draft
@@ -57,10 +64,11 @@ class DraftingSampler:
         for step in range(K):
             rows = first_rows + step  # the target row that verifies this step's draft
             logits = draft_logits[idx_mapping.to(torch.int64), step].contiguous()  # [R, V]
+            cache, cache_col = self.cache_arguments
             kwargs = {
                 "apply_temperature": True,
-                "logits_cache": draft_logits,
-                "logits_cache_col": torch.tensor(step, dtype=torch.int64, device=logits.device),
+                cache: draft_logits,
+                cache_col: torch.tensor(step, dtype=torch.int64, device=logits.device),
             }
             if self.has_flag:
                 kwargs["is_drafting"] = not unsalted
@@ -93,4 +101,8 @@ def drafting_sampler(name: str) -> DraftingSampler | None:
         params = inspect.signature(fn).parameters
     except (TypeError, ValueError) as exc:
         raise SubjectError(f"{name}: cannot read gumbel_sample's signature ({exc})") from None
-    return DraftingSampler(name, fn, namespace, "is_drafting" in params)
+    cache_arguments = next((pair for pair in CACHE_ARGUMENTS if set(pair) <= set(params)), None)
+    if cache_arguments is None:
+        known = " or ".join("/".join(pair) for pair in CACHE_ARGUMENTS)
+        raise SubjectError(f"{name}: gumbel_sample takes no draft-logits cache ({known})")
+    return DraftingSampler(name, fn, namespace, "is_drafting" in params, cache_arguments)
