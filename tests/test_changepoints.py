@@ -442,3 +442,41 @@ def test_newest_vs_previous_gives_the_four_way_verdict_and_the_summary_counts_it
     ids = cp.detect(to_frame(rows))["id"]
     assert ids.str.fullmatch(r"[0-9a-f]{10}").all() and ids.is_unique
     assert cp.detect(to_frame(rows))["id"].tolist() == ids.tolist()  # stable
+
+
+def test_a_path_on_and_off_are_two_series_over_releases():
+    """FLy on (window 2) exists from a later release, at five times the latency of FLy off: the
+    two are separate series, so the window turning on is no step between releases, and a step
+    inside the FLy series is labelled with its window."""
+    rng = np.random.default_rng(5)
+    rows = []
+    releases = ("0.31.0", "0.32.0", "0.33.0", "0.34.0", "0.35.0")
+    for i, release in enumerate(releases):
+        for window in (0, 2):
+            has_fly = i >= 2
+            seconds = 270e-6 if window == 0 else (2.4e-3 if i < 4 else 1.2e-3)
+            for metric in ("time_sample", "track_latency_us"):
+                rows.append(
+                    sr.row(
+                        commit=sr.commit_hash("releases-run"),
+                        date=pd.Timestamp("2026-11-10", tz="UTC"),
+                        tier="releases",
+                        sweep="PathsFly",
+                        metric=metric,
+                        point={"subject": f"vllm=={release}", "mode": "standard", "fly_window_size": window},
+                        seconds=seconds if (window == 0 or has_fly) else None,
+                        rng=rng,
+                        status="ok" if (window == 0 or has_fly) else "skipped",
+                    )
+                )
+    changes = cp.detect(sr.to_frame(rows), "releases")
+    assert set(changes["fly_window_size"]) == {2}, changes[["before", "after", "fly_window_size"]]
+    assert set(zip(changes["before"], changes["after"])) == {("0.34.0", "0.35.0")}
+    assert set(changes["direction"]) == {"improvement"}
+    assert all(cp.point_label(r).endswith("fly_window_size=2") for r in changes.to_dict("records"))
+    # a series at every path default keeps the id it had before the path axes existed
+    row = {"machine": "m", "benchmark": "b", "mode": "standard", "dimension": "commits", "before": "a", "after": "b"}
+    key = ["machine", "benchmark", "mode"]
+    assert cp.change_id({**row, "fly_window_size": 0, "watermark": False}, [*key, "fly_window_size", "watermark"]) == (
+        cp.change_id(row, key)
+    )

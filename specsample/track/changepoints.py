@@ -109,7 +109,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from ..schema import AXES, SYMBOLS
+from ..schema import AXES, PATH_DEFAULTS, SYMBOLS
 from .series import (  # noqa: F401 (public names re-exported)
     _DESCRIPTION,
     _NAMED_BY_VALUE,
@@ -181,12 +181,20 @@ def detect(frame: pd.DataFrame, dimension: str = "commits") -> pd.DataFrame:
 
 def change_id(row: dict, key: list[str]) -> str:
     """A change point's stable id: the first 10 hex digits of a hash of its series (the key
-    columns), dimension and its two ends, so the same change keeps its id over later runs."""
+    columns; a path axis only off its default, so a series measured before the path axes existed
+    keeps its id), dimension and its two ends, so the same change keeps its id over later runs."""
     import hashlib
 
-    parts = [f"{k}={_id_text(row.get(k))}" for k in key]
+    parts = [f"{k}={_id_text(row.get(k))}" for k in key if not _at_path_default(k, row.get(k))]
     parts += [f"dimension={row['dimension']}", f"before={row['before']}", f"after={row['after']}"]
     return hashlib.sha1("\n".join(parts).encode()).hexdigest()[:10]
+
+
+def _at_path_default(column: str, value: object) -> bool:
+    """Whether ``column`` is a path axis at its default (or unset)."""
+    if column not in PATH_DEFAULTS:
+        return False
+    return _id_text(value) in ("", _id_text(PATH_DEFAULTS[column]))
 
 
 def _id_text(value: object) -> str:
@@ -346,13 +354,16 @@ def newest_summary(points: pd.DataFrame) -> pd.DataFrame:
 # ---------------------------------------------------------------------------------------------
 
 
-def point_label(row: dict, columns=AXES) -> str:
+def point_label(row: dict, columns=(*AXES, *PATH_DEFAULTS)) -> str:
     """``block logits R=128 K=4 V=151936 phi=0.5 trailing`` for the axes a row sets: the
-    categorical ones by value, the numeric ones as symbol=value."""
+    categorical ones by value, the numeric ones as symbol=value, a path axis as name=value only
+    off its default (``... fly_window_size=2``)."""
     parts = []
     for column in columns:
         value = row.get(column)
         if value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value)):
+            continue
+        if _at_path_default(column, value):
             continue
         text = f"{value:g}" if isinstance(value, float) else str(value)
         parts.append(text if column in _NAMED_BY_VALUE else f"{SYMBOLS.get(column, column)}={text}")
@@ -366,7 +377,7 @@ def report(changes: pd.DataFrame, newest: pd.DataFrame, *, limit: int = 50) -> s
     def pct(value) -> str:
         return "n/a" if value is None or not np.isfinite(value) else f"{100 * value:+.1f}%"
 
-    axes = [a for a in AXES if a != "subject"]
+    axes = [a for a in (*AXES, *PATH_DEFAULTS) if a != "subject"]
     lines = []
     summary = newest_summary(newest)
     for machine, part in summary.groupby("machine", sort=False):

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 from asv.step_detect import detect_regressions, detect_steps
 
-from ..schema import AXES, BANDWIDTH_METRIC, RATIO_METRIC, release_key, release_version
+from ..schema import AXES, BANDWIDTH_METRIC, PATH_AXES, RATIO_METRIC, release_key, release_version
 from .results import commit_order
 from .signoff.stats import (
     ASV_MIN_EFFECT,
@@ -100,11 +100,12 @@ def lower_is_better(metric: object) -> bool:
 
 
 def series_key(frame: pd.DataFrame, dimension: str = "commits") -> list[str]:
-    """The columns that name one series: machine, benchmark and every point axis in the frame
-    (less ``subject`` over releases, where the subject is the x axis)."""
+    """The columns that name one series: machine, benchmark, every point axis in the frame
+    (less ``subject`` over releases, where the subject is the x axis) and every path axis in it
+    (a path on and off are two series)."""
     _check_dimension(dimension)
     axes = [a for a in AXES if a in frame and not (dimension == "releases" and a == "subject")]
-    return ["machine", "benchmark", *axes]
+    return ["machine", "benchmark", *axes, *(a for a in PATH_AXES if a in frame)]
 
 
 def release_rows(frame: pd.DataFrame) -> pd.DataFrame:
