@@ -20,6 +20,7 @@ from ..tiers import MRV2_RELEASES
 from ..track import changepoints
 from ..track.results import commit_order
 from . import select as sel
+from .paths import path_tables
 from .render import Rendered
 from .specs import (
     ABOVE_ONE_SUBJECT_TEXT,
@@ -144,7 +145,7 @@ def write_releases(
 ) -> Path:
     """``out_dir/releases.html``: the fastest release per mode, the placeholder change between
     releases, the newest release against ours, replica fidelity, faults and semantics, latency
-    over releases, changes between releases, provenance. ``machine_links`` as for the index."""
+    over releases, paths per release, changes between releases, exactness, provenance. ``machine_links`` as for the index."""
     releases = changepoints.release_order(rows["release"].dropna()) if not rows.empty else []
     dated = list(commit_order(rows.dropna(subset=["commit"]))["commit"]) if not rows.empty else []  # oldest first
     commits = sorted(dated)
@@ -169,6 +170,7 @@ def write_releases(
             "specsample.tiers.MRV2_RELEASES beside mrv2, mrv2-pre50939 and fast."
         )
     sections = _sections(rendered, "releases", captions)
+    path_rows = path_tables(rows)
     links = (
         [
             ("#fastest-release", "Fastest release"),
@@ -177,6 +179,7 @@ def write_releases(
             ("#fidelity", "Replica fidelity"),
             ("#release-outcomes", "Faults and semantics"),
             *((f"#{s['id']}", s["heading"]) for s in sections),
+            *([("#release-paths", "Paths per release")] if path_rows else []),
             ("#release-regressions", "Changes between releases"),
         ]
         if releases
@@ -209,6 +212,7 @@ def write_releases(
         "provenance": provenance_rows,
         "provenance_empty": PROVENANCE_EMPTY,
         "exactness": exactness or [],
+        "paths": path_rows,
     }
     return _write(out_dir / PAGES["releases"], "releases.html", context)
 
