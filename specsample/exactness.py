@@ -463,9 +463,11 @@ def run(
     seed: int = 0,
     planted_base: str | None = None,
     log: Callable[[str], None] = lambda line: None,
+    done: Callable[[list[Row]], None] = lambda rows: None,
 ) -> list[Row]:
     """Every (subject, mode, drafting) check; a subject that cannot be loaded gets ``failed``
-    rows with the reason."""
+    rows with the reason. ``done`` gets the rows so far after each subject (the command writes
+    them then, so a run stopped part way keeps every subject it finished)."""
     law = make_law(vocab_size, num_speculative_steps, seed=seed)
     rows = []
     for name in names:
@@ -477,6 +479,7 @@ def run(
             for mode, drafting in itertools.product(modes, draftings):
                 rows.append(Row(name, mode, drafting, "failed", reason=reason, num_trials=num_trials))
                 log(f"{name:>16} {mode:>8} {drafting:>20}  failed: {reason}")
+            done(rows)
             continue
         for mode, drafting in itertools.product(modes, draftings):
             row = check(
@@ -484,6 +487,7 @@ def run(
             )
             rows.append(row)
             log(f"{name:>16} {mode:>8} {drafting:>20}  {row.summary}  ({row.seconds:.1f} s)")
+        done(rows)
     return rows
 
 
@@ -500,16 +504,20 @@ def exit_code(rows: list[Row]) -> int:
 
 
 def write(rows: list[Row], path, machine: str, commit: str) -> None:
-    """``rows`` as ``path`` (JSON lines), each stamped with the machine and the commit."""
+    """``rows`` as ``path`` (JSON lines), each stamped with the machine and the commit; written
+    beside it and renamed in, so a reader never sees part of a file."""
     import json
+    import os
     from pathlib import Path
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w") as f:
+    partial = path.with_name(path.name + ".partial")
+    with partial.open("w") as f:
         for row in rows:
             row.machine, row.commit = machine, commit
             f.write(json.dumps(row.to_json(), sort_keys=True) + "\n")
+    os.replace(partial, path)
 
 
 def nightly(
@@ -529,9 +537,10 @@ def nightly(
     from pathlib import Path
 
     names = [*NIGHTLY_OURS, *dict.fromkeys(vllm_subjects), PLANTED]
-    rows = run(names, list(DRAFTINGS), MODES, num_trials=num_trials, device=device, log=log)
     path = Path(results_dir) / machine / f"{commit[:8]}{SUFFIX}"
-    write(rows, path, machine, commit)
+    save = lambda rows: write(rows, path, machine, commit)  # noqa: E731
+    rows = run(names, list(DRAFTINGS), MODES, num_trials=num_trials, device=device, log=log, done=save)
+    save(rows)
     return path, rows
 
 

@@ -151,6 +151,25 @@ def test_the_nightly_step_checks_ours_the_releases_and_the_control(tmp_path, mon
     assert len(written) == len(rows) and {(r["machine"], r["commit"]) for r in written} == {("m", commit)}
 
 
+def test_a_run_stopped_part_way_keeps_the_subjects_it_finished(tmp_path, monkeypatch):
+    """The command writes each subject's rows as it finishes them: stopped during the second
+    subject (a GPU box's time limit), the file holds the first one's rows, whole."""
+    real_check = exactness.check
+
+    def stop_at_fast(subject, *args, **kwargs):
+        if subject.name == "fast":
+            raise KeyboardInterrupt  # the run killed here
+        return real_check(subject, *args, **kwargs)
+
+    monkeypatch.setattr(exactness, "check", stop_at_fast)
+    argv = ["exactness", "--subjects", "torch-eager", "fast", "--device", "cpu", "--num-trials", "2000"]
+    argv += ["--vocab-size", "8", "--results-dir", str(tmp_path), "--machine", "m", "--commit", "HEAD"]
+    assert cli.main(argv) == 130
+    (path,) = (tmp_path / "m").glob("*")  # no partial file left beside it
+    rows = exactness.load(path)
+    assert {(r["subject"], r["mode"]) for r in rows} == {("torch-eager", "standard"), ("torch-eager", "block")}
+
+
 @pytest.mark.parametrize(
     "extra",
     [

@@ -129,6 +129,7 @@ def cmd_exactness(args: argparse.Namespace) -> int:
     full = args.commit is not None and len(args.commit) == 40 and all(c in "0123456789abcdef" for c in args.commit)
     commit = args.commit if full else _rev(args.commit or "HEAD")
     _set_vllm_repo(args)
+    out = Path(args.results_dir) / machine / f"{commit[:8]}{exactness.SUFFIX}"
     rows = exactness.run(
         names,
         list(dict.fromkeys(args.drafting)),
@@ -139,8 +140,8 @@ def cmd_exactness(args: argparse.Namespace) -> int:
         device=args.device,
         seed=args.seed,
         log=lambda line: print(line, flush=True),
+        done=lambda rows: exactness.write(rows, out, machine, commit),  # each subject's rows as they come
     )
-    out = Path(args.results_dir) / machine / f"{commit[:8]}{exactness.SUFFIX}"
     exactness.write(rows, out, machine, commit)
     print(f"wrote {out}")
     return exactness.exit_code(rows)
