@@ -14,8 +14,9 @@ import math
 
 import pandas as pd
 
-from ..schema import AXES, PATH_AXES, PATH_DEFAULTS, subject_sort_key
+from ..schema import PATH_AXES, PATH_DEFAULTS, subject_sort_key
 from ..track import changepoints
+from ..track.results import PARAM_COLUMNS
 
 LATENCY_METRIC = "track_latency_us"  # one value per point, in µs
 # The sweeps, in the order the page shows them, with what each turns on.
@@ -107,7 +108,7 @@ def path_tables(rows: pd.DataFrame) -> list[dict]:
             }
             for subject in subjects
         ]
-        held = [*(a for a in AXES if a != "subject"), *(a for a in PATH_AXES if a not in varied)]
+        held = [a for a in PARAM_COLUMNS if a != "subject" and a not in varied]
         tables.append(
             {
                 "sweep": sweep,

@@ -109,7 +109,8 @@ import math
 import numpy as np
 import pandas as pd
 
-from ..schema import AXES, PATH_DEFAULTS, SYMBOLS
+from ..schema import PATH_DEFAULTS, SYMBOLS
+from .results import PARAM_COLUMNS
 from .series import (  # noqa: F401 (public names re-exported)
     _DESCRIPTION,
     _NAMED_BY_VALUE,
@@ -354,7 +355,7 @@ def newest_summary(points: pd.DataFrame) -> pd.DataFrame:
 # ---------------------------------------------------------------------------------------------
 
 
-def point_label(row: dict, columns=(*AXES, *PATH_DEFAULTS)) -> str:
+def point_label(row: dict, columns=PARAM_COLUMNS) -> str:
     """``block logits R=128 K=4 V=151936 phi=0.5 trailing`` for the axes a row sets: the
     categorical ones by value, the numeric ones as symbol=value, a path axis as name=value only
     off its default (``... fly_window_size=2``)."""
@@ -377,7 +378,7 @@ def report(changes: pd.DataFrame, newest: pd.DataFrame, *, limit: int = 50) -> s
     def pct(value) -> str:
         return "n/a" if value is None or not np.isfinite(value) else f"{100 * value:+.1f}%"
 
-    axes = [a for a in (*AXES, *PATH_DEFAULTS) if a != "subject"]
+    axes = [a for a in PARAM_COLUMNS if a != "subject"]
     lines = []
     summary = newest_summary(newest)
     for machine, part in summary.groupby("machine", sort=False):
