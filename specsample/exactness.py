@@ -538,9 +538,8 @@ def nightly(
 
     names = [*NIGHTLY_OURS, *dict.fromkeys(vllm_subjects), PLANTED]
     path = Path(results_dir) / machine / f"{commit[:8]}{SUFFIX}"
-    save = lambda rows: write(rows, path, machine, commit)  # noqa: E731
-    rows = run(names, list(DRAFTINGS), MODES, num_trials=num_trials, device=device, log=log, done=save)
-    save(rows)
+    done = lambda rows: write(rows, path, machine, commit)  # noqa: E731 - after each subject, the last one too
+    rows = run(names, list(DRAFTINGS), MODES, num_trials=num_trials, device=device, log=log, done=done)
     return path, rows
 
 

@@ -140,9 +140,8 @@ def cmd_exactness(args: argparse.Namespace) -> int:
         device=args.device,
         seed=args.seed,
         log=lambda line: print(line, flush=True),
-        done=lambda rows: exactness.write(rows, out, machine, commit),  # each subject's rows as they come
+        done=lambda rows: exactness.write(rows, out, machine, commit),  # after each subject, the last one too
     )
-    exactness.write(rows, out, machine, commit)
     print(f"wrote {out}")
     return exactness.exit_code(rows)
 
