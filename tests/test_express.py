@@ -442,6 +442,9 @@ CONFIGS = {
     # the persistent resample pass with one program an SM (two programs on a CPU): each loops over
     # tiles of several requests
     "persistent": express.Config(resample_programs=1),
+    # the stats' speculative load (tiny batches), and with wide stats programs
+    "tiny": express.TINY_BATCH_CONFIG,
+    "wide-speculative": express.Config(stats_blocks=8, speculative_load=True),
 }
 
 
@@ -490,10 +493,16 @@ def test_large_batch_config_matches_reference(device, mode, draft):
 
 def test_default_config_follows_the_batch_size():
     assert (
-        express.default_config(1) == express.default_config(express.SMALL_BATCH_BELOW - 1) == express.SMALL_BATCH_CONFIG
+        express.default_config(1) == express.default_config(express.TINY_BATCH_BELOW - 1) == express.TINY_BATCH_CONFIG
+    )
+    assert (
+        express.default_config(express.TINY_BATCH_BELOW)
+        == express.default_config(express.SMALL_BATCH_BELOW - 1)
+        == express.SMALL_BATCH_CONFIG
     )
     assert express.default_config(express.SMALL_BATCH_BELOW) == express.LARGE_BATCH_CONFIG
     assert express.SMALL_BATCH_CONFIG.fused_insert and not express.LARGE_BATCH_CONFIG.fused_insert
+    assert express.TINY_BATCH_CONFIG.speculative_load and not express.SMALL_BATCH_CONFIG.speculative_load
     stages = [name for name, _ in express.Pipeline(**make_inputs(Workload(num_reqs=2, vocab_size=V))).stages()]
     assert stages == ["stats", "rejection", "resample"]
     with pytest.raises(ValueError, match="stats_blocks"):
