@@ -466,7 +466,7 @@ def build_parser() -> argparse.ArgumentParser:
         "tune",
         help="time fast's (or express's) candidate configurations beside mrv2: whole calls and kernels (GPU)",
         formatter_class=_Formatter,
-        description="Time a sampler's configurations (fast and express: large, small, tiny; and any "
+        description="Time a sampler's configurations (fast: large, small, tiny; express: large, small; and any "
         "--candidate) and mrv2 on each workload, whole calls and kernels alone, interleaved, cold L2 "
         "(specsample.devtools.tune).",
     )
@@ -490,7 +490,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="NAME=BASE:FIELD=VALUE,...",
-        help="an extra candidate: BASE (large, small or tiny) with those "
+        help="an extra candidate: BASE (fast: large, small or tiny; express: large or small) with those "
         "Config fields replaced, e.g. w8=large:stats_warps=8, or with --sampler express "
         "b8=small:stats_blocks=8 (repeatable)",
     )

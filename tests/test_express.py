@@ -442,9 +442,6 @@ CONFIGS = {
     # the persistent resample pass with one program an SM (two programs on a CPU): each loops over
     # tiles of several requests
     "persistent": express.Config(resample_programs=1),
-    # the stats' speculative load (tiny batches), and with wide stats programs
-    "tiny": express.TINY_BATCH_CONFIG,
-    "wide-speculative": express.Config(stats_blocks=8, speculative_load=True),
 }
 
 
@@ -491,44 +488,12 @@ def test_large_batch_config_matches_reference(device, mode, draft):
     _check(make_inputs(w, device=device), config=express.LARGE_BATCH_CONFIG)
 
 
-@pytest.mark.parametrize("mode", ["greedy", "standard", "block"])
-def test_resample_tiles_past_the_first_exit_where_d1_is_a_placeholder(device, mode):
-    """The resample grid (large configuration, draft logits) over three sampling blocks: a
-    request whose d_1 is a placeholder has its programs past the first tile exit before the
-    wait; the draws of every request, those beside it with a row pass included, are the
-    reference's."""
-    w = Workload(
-        num_reqs=6,
-        num_speculative_steps=3,
-        vocab_size=2 * BLOCK + 5,
-        mode=mode,
-        draft="logits",
-        placeholder_pattern="random",
-        placeholder_density=0.5,
-        greedy_fraction=0.3,
-        ragged=True,
-        seed=31,
-    )
-    inputs = make_inputs(w, device=device)
-    drafts = inputs["draft_sampled"].tolist()
-    starts = inputs["cu_num_logits"].tolist()
-    d1_placeholders = [r for r in range(w.num_reqs) if starts[r + 1] - starts[r] > 1 and drafts[starts[r] + 1] < 0]
-    assert 0 < len(d1_placeholders) < w.num_reqs, "the batch mixes requests with and without d_1 = -1"
-    _check(inputs, config=express.LARGE_BATCH_CONFIG)
-
-
 def test_default_config_follows_the_batch_size():
     assert (
-        express.default_config(1) == express.default_config(express.TINY_BATCH_BELOW - 1) == express.TINY_BATCH_CONFIG
-    )
-    assert (
-        express.default_config(express.TINY_BATCH_BELOW)
-        == express.default_config(express.SMALL_BATCH_BELOW - 1)
-        == express.SMALL_BATCH_CONFIG
+        express.default_config(1) == express.default_config(express.SMALL_BATCH_BELOW - 1) == express.SMALL_BATCH_CONFIG
     )
     assert express.default_config(express.SMALL_BATCH_BELOW) == express.LARGE_BATCH_CONFIG
     assert express.SMALL_BATCH_CONFIG.fused_insert and not express.LARGE_BATCH_CONFIG.fused_insert
-    assert express.TINY_BATCH_CONFIG.speculative_load and not express.SMALL_BATCH_CONFIG.speculative_load
     stages = [name for name, _ in express.Pipeline(**make_inputs(Workload(num_reqs=2, vocab_size=V))).stages()]
     assert stages == ["stats", "rejection", "resample"]
     with pytest.raises(ValueError, match="stats_blocks"):

@@ -60,10 +60,9 @@ def test_express_candidates_are_express_configs():
         "express",
     )
     assert opts.sampler == "express" and opts.module is express
-    assert list(opts.candidates) == ["large", "small", "tiny", "b8", "w8"]
+    assert list(opts.candidates) == ["large", "small", "b8", "w8"]
     assert opts.candidates["large"] == express.LARGE_BATCH_CONFIG
     assert opts.candidates["small"] == express.SMALL_BATCH_CONFIG
-    assert opts.candidates["tiny"] == express.TINY_BATCH_CONFIG
     assert opts.candidates["b8"] == express.Config(**{**vars(express.SMALL_BATCH_CONFIG), "stats_blocks": 8})
     assert opts.candidates["w8"].resample_programs == 16 and opts.candidates["w8"].stats_warps == 8
     assert not opts.candidates["w8"].fused_insert
@@ -98,10 +97,10 @@ def test_before_names_several_variants_and_their_stages():
         (dict(before="large=specsample.kernels.fast"), "the name 'large' is taken"),
         (dict(before="mrv2=specsample.kernels.fast"), "the name 'mrv2' is taken"),
         (dict(sampler="mrv2"), "--sampler: expected one of ['express', 'fast']"),
-        (dict(candidates=["t=huge"], sampler="express"), "base must be one of ['large', 'small', 'tiny']"),
+        (dict(candidates=["t=tiny"], sampler="express"), "base must be one of ['large', 'small']"),
         (
-            dict(candidates=["t=small:resample_block=512"], sampler="express"),
-            "unknown Config fields ['resample_block']",
+            dict(candidates=["t=small:speculative_load=true"], sampler="express"),
+            "unknown Config fields ['speculative_load']",
         ),
         (dict(candidates=["t=small:stats_blocks=2"]), "unknown Config fields ['stats_blocks']"),
     ],
@@ -122,8 +121,8 @@ def test_cli_refuses_bad_options_before_it_needs_a_gpu(capsys, monkeypatch, tmp_
     assert "specsample tune times kernels on a GPU" in capsys.readouterr().err
     assert not list(tmp_path.iterdir())
     # express: its candidates are checked before the GPU too
-    assert cli.main(["tune", "--sampler", "express", "--candidate", "b8=huge:stats_blocks=8"]) == 2
-    assert "base must be one of ['large', 'small', 'tiny']" in capsys.readouterr().err
+    assert cli.main(["tune", "--sampler", "express", "--candidate", "b8=tiny:stats_blocks=8"]) == 2
+    assert "base must be one of ['large', 'small']" in capsys.readouterr().err
     assert cli.main(["tune", "--sampler", "express", "--before", "v2=specsample.schema"]) == 2
     assert "--before v2=specsample.schema: the module has no Pipeline" in capsys.readouterr().err
     assert cli.main(["tune", "--sampler", "express", "--candidate", "b8=small:stats_blocks=8"]) == 2

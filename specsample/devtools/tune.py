@@ -14,8 +14,8 @@ nightly tier's ``track_bandwidth_fraction``), and writes every median to JSON. T
 ``fast.default_config`` (and express's) is chosen (by hand, from these numbers); the runs and
 what was decided from them are recorded in ``docs/performance-log.md``.
 
-The sampler's own configurations are always timed: fast's or express's ``large``, ``small`` and
-``tiny``. Other candidates are a named copy of one of them with some
+The sampler's own configurations are always timed: fast's ``large``, ``small`` and ``tiny``, or
+express's ``large`` and ``small``. Other candidates are a named copy of one of them with some
 fields replaced: ``--candidate w8=large:stats_warps=8``, or with ``--sampler express``
 ``--candidate b8=small:stats_blocks=8`` (``NAME=BASE:FIELD=VALUE,...``).
 ``--before MODULE`` also times another module of the same sampler (an earlier commit's, or a

@@ -159,11 +159,8 @@ def _launch_dependents(PDL: tl.constexpr):
 def _wait_for_prior(PDL: tl.constexpr):
     # Wait for the call's previous kernel to finish and its stores to be visible. Every program of
     # a dependently launched kernel passes here before it reads anything a kernel of the call
-    # wrote, before any store, and before it exits (an early exit included) -- except express's
-    # resample programs past a request's first tile, where the inputs alone show the request needs
-    # no row pass: they exit without a store. At least one program of every kernel waits, so a
-    # kernel finishes only after the one before it, and the next kernel's wait covers every
-    # earlier kernel too.
+    # wrote, before any store, and before it exits (an early exit included): so a kernel finishes
+    # only after the one before it, and the next kernel's wait covers every earlier kernel too.
     # Loads before it read the call's inputs only (logits, tokens, positions, request metadata).
     if PDL:
         tl.extra.cuda.gdc_wait()

@@ -54,9 +54,7 @@ Kernels (grid; launched when), stage names as :data:`specsample.schema.STAGES`:
 1. ``stats``          (R*K, nb/S)   always: block max and chunked sum-exp (or argmax) of the rows
                                     something reads (fast's rule and request-major grid; and row 0
                                     of a non-greedy request with no draft to test, whose target
-                                    is then the distribution to sample). Below 4 requests
-                                    (``Config.speculative_load``) a tile loads before the drafts
-                                    say whether its row is read, fast's tiny-batch load
+                                    is then the distribution to sample)
 2. ``cum_log_p``      (R,)          block verification: fp64 prefix joint ratios, and the fp64
                                     LSEs of each row read (for the residual-mass pass)
 3. ``residual_mass``  (R*(K-1), nb/S) block verification with draft logits: chunked residual mass
@@ -127,8 +125,6 @@ from .pipeline import (
     NAMED_CONFIGS,
     SMALL_BATCH_BELOW,
     SMALL_BATCH_CONFIG,
-    TINY_BATCH_BELOW,
-    TINY_BATCH_CONFIG,
     Config,
     Pipeline,
     default_config,
@@ -143,8 +139,6 @@ __all__ = [
     "SAMPLE_BLOCK",
     "SMALL_BATCH_BELOW",
     "SMALL_BATCH_CONFIG",
-    "TINY_BATCH_BELOW",
-    "TINY_BATCH_CONFIG",
     "Config",
     "Pipeline",
     "default_config",

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -43,9 +42,6 @@ class Config:
     # draft logits always the grid: every rejected request's residual row is read there, and the
     # persistent pass read rows 29-32% slower than the grid on an H200.
     resample_programs: int = 0
-    # stats: load a tile's rows before the drafts and temperature say which are read (one
-    # dependent load sooner; the rows not read cost their bytes), fast's tiny-batch load
-    speculative_load: bool = False
 
     def __post_init__(self) -> None:
         if self.stats_blocks not in (1, 2, 4, 8):
@@ -66,10 +62,6 @@ LARGE_BATCH_CONFIG = Config(resample_programs=32)
 # resample kernel (one launch and one wait fewer; from R=32 up the count costs more).
 SMALL_BATCH_CONFIG = Config(stats_blocks=1, fused_insert=True)
 SMALL_BATCH_BELOW = 32
-# Below TINY_BATCH_BELOW requests, as small, and the stats load their rows speculatively
-# (fast's tiny configuration and threshold).
-TINY_BATCH_CONFIG = dataclasses.replace(SMALL_BATCH_CONFIG, speculative_load=True)
-TINY_BATCH_BELOW = 4
 # The persistent resample pass keeps the batch's plans as [R_P2] vectors: up to this many requests.
 PERSISTENT_MAX_REQS = 1024
 # Multiprocessors assumed on a CPU (Triton's interpreter), so that the tests loop over tiles.
@@ -79,7 +71,7 @@ CPU_MULTIPROCESSORS = 2
 # uncapped it takes 40 (12 an SM).
 PERSISTENT_RESAMPLE_REGISTERS = 32
 # The configurations by name: what `specsample tune` builds candidates on and memcheck forces.
-NAMED_CONFIGS = {"large": LARGE_BATCH_CONFIG, "small": SMALL_BATCH_CONFIG, "tiny": TINY_BATCH_CONFIG}
+NAMED_CONFIGS = {"large": LARGE_BATCH_CONFIG, "small": SMALL_BATCH_CONFIG}
 
 
 def _multiprocessors(device: torch.device) -> int:
@@ -114,11 +106,10 @@ def supports_dependent_launch(device: torch.device) -> bool:
 
 def default_config(num_reqs: int) -> Config:
     """The configuration used when none is given (R is known on the host: no device sync):
-    ``tiny`` below :data:`TINY_BATCH_BELOW` requests, ``small`` below :data:`SMALL_BATCH_BELOW`,
-    ``large`` from there up."""
+    ``small`` below :data:`SMALL_BATCH_BELOW` requests, ``large`` from there up."""
     if num_reqs >= SMALL_BATCH_BELOW:
         return LARGE_BATCH_CONFIG
-    return TINY_BATCH_CONFIG if num_reqs < TINY_BATCH_BELOW else SMALL_BATCH_CONFIG
+    return SMALL_BATCH_CONFIG
 
 
 class Pipeline(PipelineLaunch):
@@ -313,7 +304,6 @@ class Pipeline(PipelineLaunch):
             SUB=c.stats_blocks,
             BLOCK=SAMPLE_BLOCK,
             PDL=self.dependent_launch,
-            SPECULATIVE=c.speculative_load,
             num_warps=c.stats_warps,
         )
 

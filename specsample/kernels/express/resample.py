@@ -66,17 +66,6 @@ def _resample_kernel(
     req = tl.program_id(0).to(tl.int64)
     slot = tl.load(idx_mapping_ptr + req).to(tl.int64)
     start = tl.load(cu_num_logits_ptr + req).to(tl.int64)
-    if not FUSED_INSERT:
-        # A request whose d_1 is a placeholder needs no row pass in any mode (greedy: PLAN_DONE;
-        # the others: PLAN_TARGET_DRAWN), which the call's inputs alone say: its programs past
-        # the first exit here, while the rejection kernel still runs, instead of after it (a
-        # draft-logits batch at phi = 1 is R * tiles such programs). The first tile's program
-        # still waits, so the kernel finishes only after the one before it (_wait_for_prior).
-        if tl.program_id(1) > 0:
-            num_drafts = (tl.load(cu_num_logits_ptr + req + 1) - 1).to(tl.int64) - start
-            first_draft = tl.load(draft_sampled_ptr + start + 1, mask=num_drafts > 0, other=0)
-            if (num_drafts > 0) & (first_draft < 0):
-                return
     _wait_for_prior(PDL)
     plan = tl.load(plan_ptr + req)
     tau = tl.load(num_sampled_ptr + req)

@@ -187,37 +187,15 @@ def _stats_kernel(
     SUB: tl.constexpr,
     BLOCK: tl.constexpr,
     PDL: tl.constexpr,
-    SPECULATIVE: tl.constexpr,
 ):
     # Program (req * K + j, g): row j of request req, sampling blocks g*SUB .. g*SUB + SUB-1 as
     # one [SUB, BLOCK] tile, one partial per sampling block. A greedy request reads rows
     # j <= first placeholder (greedy writes the argmax there), the others rows j < first.
     # The call's first kernel: launched in stream order, it lets the rejection (or cum_log_p)
     # kernel start as soon as its last programs with work have started.
-    # SPECULATIVE (tiny batches, Config.speculative_load): the tile's target and draft logits
-    # load as soon as the request's rows and slot are known, before its drafts and temperature
-    # say whether the row is read (one dependent load sooner; a row not read is loaded, then
-    # dropped). The values of a row read are the same either way: no draw changes.
     partials = (target_local_max_ptr, target_local_sumexp_ptr, draft_local_max_ptr, draft_local_sumexp_ptr)
     req = (tl.program_id(0) // GROUPS).to(tl.int64)
     j = tl.program_id(0) % GROUPS
-    blocks = tl.program_id(1) * SUB + tl.arange(0, SUB)
-    offs = blocks[:, None] * BLOCK + tl.arange(0, BLOCK)[None, :]
-    vmask = offs < vocab_size
-    if SPECULATIVE:
-        start = tl.load(cu_num_logits_ptr + req).to(tl.int64)
-        num_drafts = (tl.load(cu_num_logits_ptr + req + 1) - 1).to(tl.int64) - start
-        slot = tl.load(idx_mapping_ptr + req).to(tl.int64)
-        # every row the request may read: j <= its drafts, row 0 at least
-        may_read = j < tl.maximum(num_drafts, 1)
-        x = tl.load(
-            target_logits_ptr + (start + j) * target_logits_stride + offs,
-            mask=vmask & may_read,
-            other=float("-inf"),
-        )
-        if HAS_DRAFT_LOGITS:
-            d_ptrs = draft_logits_ptr + slot * draft_logits_stride_0 + j.to(tl.int64) * draft_logits_stride_1 + offs
-            y_spec = tl.load(d_ptrs, mask=vmask & (j < num_drafts), other=float("-inf"))
     start, slot, temperature, num_read, first = _stats_rows(
         cu_num_logits_ptr, draft_sampled_ptr, idx_mapping_ptr, temperature_ptr, req, K_P2
     )
@@ -225,18 +203,17 @@ def _stats_kernel(
         return
     _launch_dependents(PDL)
     row = start + j
-    if not SPECULATIVE:
-        x = tl.load(target_logits_ptr + row * target_logits_stride + offs, mask=vmask, other=float("-inf"))
+    blocks = tl.program_id(1) * SUB + tl.arange(0, SUB)
+    offs = blocks[:, None] * BLOCK + tl.arange(0, BLOCK)[None, :]
+    vmask = offs < vocab_size
+    x = tl.load(target_logits_ptr + row * target_logits_stride + offs, mask=vmask, other=float("-inf"))
     y_raw = x  # unread without draft logits
     if HAS_DRAFT_LOGITS:
-        if SPECULATIVE:
-            y_raw = y_spec  # read only where tested (j < first), and loaded there: j < first <= num_drafts
-        else:
-            # Issued with the target's load (fast's early draft load); only for a tested row (not a
-            # greedy row, nor row 0 read for its target alone: its draft partials are never read).
-            d_ptrs = draft_logits_ptr + slot * draft_logits_stride_0 + j.to(tl.int64) * draft_logits_stride_1 + offs
-            tested = (temperature != 0.0) & (j < first)
-            y_raw = tl.load(d_ptrs, mask=offs < tl.where(tested, vocab_size, 0), other=float("-inf"))
+        # Issued with the target's load (fast's early draft load); only for a tested row (not a
+        # greedy row, nor row 0 read for its target alone: its draft partials are never read).
+        d_ptrs = draft_logits_ptr + slot * draft_logits_stride_0 + j.to(tl.int64) * draft_logits_stride_1 + offs
+        tested = (temperature != 0.0) & (j < first)
+        y_raw = tl.load(d_ptrs, mask=offs < tl.where(tested, vocab_size, 0), other=float("-inf"))
     _stats_partials(
         x,
         y_raw,
