@@ -8,6 +8,7 @@ subprocess -- so the tests show what asv records: exactly the stored per-call sa
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -352,3 +353,102 @@ def test_a_retired_subject_stays_on_the_axis_and_is_not_measured():
     units = common._units(vllm, ("subject",))
     measured = {s for u in units for s in u.subjects}
     assert measured == set(vllm.subjects) and not measured & set(vllm.retired)
+
+
+def _claim_every_point(scratch: Path) -> None:
+    """What a stopped run's asv leaves besides the measurement: every point claimed as replayed."""
+    claims = scratch / f"{SWEEP.class_name}.replayed"
+    claims.mkdir(parents=True, exist_ok=True)
+    for p in SWEEP.points():
+        params = tuple(p[k] for k in SWEEP.axis_names)
+        (claims / hashlib.sha256(repr(params).encode()).hexdigest()[:24]).touch()
+
+
+def test_a_stopped_run_resumes_from_the_sweeps_it_measured(tmp_path, monkeypatch):
+    """A run cut off before asv saved leaves its finished sweep's measurement (and the replay
+    claims of its asv) in the run's scratch directory. ``run_tier(resume=True)`` replays that
+    measurement -- no GPU here, so a sweep measured anew would skip every point -- and promotes
+    exactly its samples, and the results are promoted, the scratch directory removed."""
+    from asv.results import Results
+
+    from specsample.runs.asv import run_scratch, run_tier
+
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    commit = subprocess.run(
+        ["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    scratch = run_scratch(commit, "ci", REPO)
+    assert scratch.parent == tmp_path and commit[:8] in scratch.name
+    stored = fake_measurement(SWEEP, seed=3)
+    scratch.mkdir()
+    (scratch / f"{SWEEP.class_name}.pkl").write_bytes(pickle.dumps(stored))
+    _claim_every_point(scratch)
+    (scratch / "progress.log").write_text("a line of the stopped run\n")
+    lines: list[str] = []
+    results = tmp_path / "results"
+    written = run_tier(
+        "nightly",
+        repo=REPO,
+        results_dir=results,
+        machine="ci",
+        commit=commit,
+        bench=f"^{re.escape(LATENCY)}",
+        resume=True,
+        log=lines.append,
+    )
+    assert any(f"resuming: 1 sweep(s)" in line and SWEEP.class_name in line for line in lines), lines
+    assert not any("stopped run" in line for line in lines if line.startswith("  "))  # its progress log dropped
+    (result_file,) = [p for p in written if p.suffix == ".json" and p.name.startswith(commit[:8])]
+    saved = Results.load(str(result_file))
+    params = saved.get_result_params(LATENCY)
+    samples = saved.get_result_samples(LATENCY, params)
+    for i, p in enumerate(SWEEP.points()):
+        key = tuple(p[k] for k in SWEEP.axis_names)
+        if key in stored["points"]:
+            assert samples[i] == stored["points"][key]["samples"], p
+    assert not scratch.exists()
+
+
+def test_a_run_without_resume_starts_from_an_empty_scratch(tmp_path, monkeypatch):
+    """Without ``resume`` a stopped run's measurement is dropped before asv starts (it is
+    measured again); with it, only what that run's asv used (claims, progress, locks) goes."""
+    from specsample.runs import asv as runs
+
+    scratch = tmp_path / "specsample-run-x"
+    scratch.mkdir()
+    (scratch / f"{SWEEP.class_name}.pkl").write_bytes(b"measured")
+    (scratch / f"{SWEEP.class_name}.outcomes.json").write_text("{}")
+    (scratch / f"{SWEEP.class_name}.pkl.lock").touch()
+    _claim_every_point(scratch)
+    lines: list[str] = []
+    runs._prepare_scratch(scratch, True, lines.append)
+    assert sorted(p.name for p in scratch.iterdir()) == sorted(
+        [f"{SWEEP.class_name}.pkl", f"{SWEEP.class_name}.outcomes.json"]
+    )
+    runs._prepare_scratch(scratch, False, lines.append)
+    assert scratch.is_dir() and not list(scratch.iterdir())
+    runs._prepare_scratch(tmp_path / "none", True, lines.append)
+    assert "no stopped run" in lines[-1]
+
+
+def test_the_scratch_directory_follows_the_code_not_the_results(tmp_path):
+    """A changed or new file of the package gives another scratch directory (a resumed run must
+    run the same code); new results do not (a run adds them)."""
+    from gitrepo import make_repo
+
+    from specsample.runs.asv import run_scratch
+
+    repo = make_repo(tmp_path / "repo")
+    commit = "0" * 40
+    clean = run_scratch(commit, "h100", repo)
+    assert run_scratch(commit, "h200", repo) != clean
+    (repo / "results" / "h100").mkdir(parents=True)
+    (repo / "results" / "h100" / "x.json").write_text("{}")
+    assert run_scratch(commit, "h100", repo) == clean
+    module = repo / "specsample" / "schema.py"
+    module.write_text(module.read_text() + "\n# changed\n")
+    changed = run_scratch(commit, "h100", repo)
+    assert changed != clean
+    (repo / "specsample" / "new_module.py").write_text("X = 1\n")
+    assert run_scratch(commit, "h100", repo) not in (clean, changed)

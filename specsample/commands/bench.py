@@ -71,7 +71,13 @@ def cmd_bench(args: argparse.Namespace) -> int:
         with run_lock(results):
             if args.rev is None:
                 run_tier(
-                    args.tier, repo=repo, results_dir=results, machine=machine, bench=args.bench, interpret=interpret
+                    args.tier,
+                    repo=repo,
+                    results_dir=results,
+                    machine=machine,
+                    bench=args.bench,
+                    interpret=interpret,
+                    resume=args.resume,
                 )
             else:
                 sha = _rev(args.rev)
@@ -85,6 +91,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
                         commit=sha,
                         bench=args.bench,
                         interpret=interpret,
+                        resume=args.resume,
                     )
     except RunError as exc:
         raise UsageError(f"specsample bench: {exc}") from None

@@ -14,7 +14,12 @@ results are saved only with ``--set-commit-hash``, ``PYTHONPATH`` is stripped un
    truncates or loses an earlier result;
 4. keeps the run's per-point outcomes (status, semantics, crash reasons) and each subject's
    provenance beside the results as ``<sha8>.outcomes``, and the GPU's description as
-   ``<sha8>.gpuinfo``.
+   ``<sha8>.gpuinfo``;
+5. measures each sweep once into a scratch directory named by the commit, the machine and the
+   checkout's code (:func:`run_scratch`), removed once the run's results are promoted. asv saves
+   only at its end, so a run stopped before then (a job's time limit, a crash) leaves the sweeps
+   it finished there, and ``resume=True`` (``specsample bench --resume``) replays them and
+   measures only the rest: on the same box, the same commit and the same code.
 
 A lock file stops two runs at once.
 """
@@ -23,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import json
 import os
 import shutil
@@ -230,6 +236,64 @@ class _Tail:
         self.thread.join(timeout=10)
 
 
+# What a run's scratch directory holds that a resumed run drops: which points asv replayed
+# (those results were never saved), the progress log, and lock and half-written files.
+_SCRATCH_EPHEMERAL = ("*.replayed", "progress.log", "*.lock", "*.tmp")
+
+
+def _code_state(checkout: Path) -> str:
+    """The checkout's code beyond its commit: ``git diff HEAD`` of the package and the
+    benchmarks, and the names and bytes of their untracked files ("" when clean). Results and
+    other files do not count: a run adds results, and a resumed run must still match."""
+    paths = ("specsample", "benchmarks")
+    try:
+        diff = git(checkout, "diff", "HEAD", "--", *paths)
+        untracked = git(checkout, "ls-files", "--others", "--exclude-standard", "--", *paths).splitlines()
+    except (subprocess.CalledProcessError, OSError):
+        return "no-git"
+    h = hashlib.sha256(diff.encode())
+    for name in sorted(untracked):
+        h.update(name.encode())
+        with contextlib.suppress(OSError):
+            h.update((checkout / name).read_bytes())
+    return h.hexdigest() if diff or untracked else ""
+
+
+def run_scratch(commit: str, machine: str, checkout: Path) -> Path:
+    """Where a run at ``commit`` on ``machine`` keeps each sweep's one measurement and its
+    outcomes (``benchmarks/common.py``), in this box's temp directory: the same path for the same
+    commit, machine and code (:func:`_code_state`), so that ``resume`` finds a stopped run's."""
+    key = hashlib.sha256(f"{commit}\n{machine}\n{_code_state(checkout)}".encode()).hexdigest()[:12]
+    return Path(tempfile.gettempdir()) / f"specsample-run-{commit[:8]}-{machine}-{key}"
+
+
+def _measured_sweeps(scratch: Path) -> list[str]:
+    """The sweeps whose measurement a run left in ``scratch`` (their class names)."""
+    return sorted(p.stem for p in scratch.glob("*.pkl"))
+
+
+def _prepare_scratch(scratch: Path, resume: bool, log: Callable[[str], None]) -> None:
+    """A fresh scratch directory, or with ``resume`` the stopped run's measured sweeps kept
+    (and what only that run's asv used dropped)."""
+    if not resume:
+        shutil.rmtree(scratch, ignore_errors=True)
+    elif scratch.is_dir():
+        for pattern in _SCRATCH_EPHEMERAL:
+            for path in scratch.glob(pattern):
+                if path.is_dir():
+                    shutil.rmtree(path)
+                else:
+                    path.unlink()
+        kept = _measured_sweeps(scratch)
+        log(
+            f"specsample: resuming: {len(kept)} sweep(s) measured by a run that stopped are replayed, "
+            f"not measured again: {', '.join(kept) or 'none'}"
+        )
+    else:
+        log("specsample: --resume: no stopped run of this commit, machine and code on this box; measuring every sweep")
+    scratch.mkdir(parents=True, exist_ok=True)
+
+
 def run_tier(
     tier: str,
     *,
@@ -242,9 +306,13 @@ def run_tier(
     python: str = sys.executable,
     extra_args: tuple[str, ...] = (),
     interpret: bool = False,
+    resume: bool = False,
     log: Callable[[str], None] = print,
 ) -> list[Path]:
     """Benchmark one tier of ``checkout`` (default: ``repo``) under ``commit``; return new files.
+
+    ``resume``: replay the sweeps that a stopped run of the same commit, machine and code
+    measured on this box (:func:`run_scratch`) instead of measuring them again.
 
     Existing results for the same commit and machine are loaded by asv and merged, so running a
     second slice of a tier adds to the first. Raises :class:`RunError`, leaving ``results_dir``
@@ -273,9 +341,9 @@ def run_tier(
         # The measured checkout first, then whatever else the caller had on PYTHONPATH (e.g.
         # asv's own wheels on a GPU box without network): asv strips PYTHONPATH itself.
         path = os.pathsep.join(p for p in (str(checkout), os.environ.get("PYTHONPATH", "")) if p)
-        # One scratch space per run for the measurements the classes of a sweep share.
-        run_id = Path(tmp).name
-        scratch = Path(tempfile.gettempdir()) / f"specsample-run-{run_id}"
+        # The measurements the classes of a sweep share, kept until the results are promoted.
+        scratch = run_scratch(commit, machine, checkout)
+        run_id = scratch.name.removeprefix("specsample-run-")
         env = dict(os.environ, ASV_PYTHONPATH=path, PYTHONPATH=path, SPECSAMPLE_RUN_ID=run_id)
         if interpret:
             env["TRITON_INTERPRET"] = "1"
@@ -302,10 +370,13 @@ def run_tier(
         info = write_gpu_info(Path(tmp) / "gpuinfo", machine, commit, measure_bandwidth=not interpret)
         log(f"specsample: {tier} tier at {commit[:8]} on {machine}: {' '.join(cmd[3:])}")
         start = time.monotonic()
-        scratch.mkdir(parents=True, exist_ok=True)
+        _prepare_scratch(scratch, resume, log)
         tail = _Tail(scratch / "progress.log", log)
         try:
             proc = subprocess.run(cmd, env=env, cwd=str(checkout))
+        except BaseException:
+            _resume_hint(scratch, log)
+            raise
         finally:
             tail.close()
         log(f"specsample: asv finished in {time.monotonic() - start:.0f} s (exit {proc.returncode})")
@@ -317,6 +388,7 @@ def run_tier(
             if p.name not in seeded or _signature(p) != seeded[p.name]
         ]
         if not written:
+            _resume_hint(scratch, log)
             raise RunError(f"asv wrote no results for {commit[:8]} on {machine} (exit {proc.returncode})")
         if not any(_measured_values(p) for p in written):
             raise RunError(
@@ -337,6 +409,17 @@ def run_tier(
             moved.append(results_dir / machine / outcomes.name)
         shutil.rmtree(scratch, ignore_errors=True)
     return moved
+
+
+def _resume_hint(scratch: Path, log: Callable[[str], None]) -> None:
+    """After a run that saved nothing: which measured sweeps it left for ``--resume``."""
+    kept = _measured_sweeps(scratch)
+    if kept:
+        log(
+            f"specsample: the run stopped before asv saved; {len(kept)} measured sweep(s) are kept in "
+            f"{scratch} ({', '.join(kept)}): `specsample bench --resume` at this commit on this box "
+            "replays them and measures only the rest"
+        )
 
 
 def measured_commits(results_dir: Path, machine: str) -> set[str]:
