@@ -452,3 +452,28 @@ def test_the_scratch_directory_follows_the_code_not_the_results(tmp_path):
     assert changed != clean
     (repo / "specsample" / "new_module.py").write_text("X = 1\n")
     assert run_scratch(commit, "h100", repo) not in (clean, changed)
+
+
+def test_a_second_run_of_the_same_commit_machine_and_code_is_refused(tmp_path, monkeypatch):
+    """Two runs that would share one scratch directory (other results directories): the second
+    is refused while the first holds it, and writes nothing."""
+    from specsample.runs.asv import RunError, _exclusive, run_scratch, run_tier
+
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    commit = subprocess.run(
+        ["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    scratch = run_scratch(commit, "ci", REPO)
+    with _exclusive(scratch.with_name(scratch.name + ".lock")):
+        with pytest.raises(RunError, match="another specsample run"):
+            run_tier(
+                "smoke",
+                repo=REPO,
+                results_dir=tmp_path / "results",
+                machine="ci",
+                commit=commit,
+                interpret=True,
+                log=lambda _: None,
+            )
+    assert not (tmp_path / "results").exists() or not list((tmp_path / "results").rglob("*.json"))

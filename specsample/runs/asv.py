@@ -58,14 +58,22 @@ def git(repo: Path, *args: str) -> str:
 def run_lock(results_dir: Path) -> Iterator[None]:
     """Hold an exclusive lock on ``results_dir`` or fail at once if another run holds it."""
     results_dir.mkdir(parents=True, exist_ok=True)
+    with _exclusive(results_dir / LOCK_NAME):
+        yield
+
+
+@contextlib.contextmanager
+def _exclusive(lock: Path) -> Iterator[None]:
+    """Hold an exclusive lock on the file ``lock`` (its holder's pid written in it) or fail at
+    once with :class:`RunError` if another process holds it."""
     # "a+", not "w": a run that is refused must not truncate the holder's pid out of the file.
-    with open(results_dir / LOCK_NAME, "a+") as fh:
+    with open(lock, "a+") as fh:
         try:
             fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             fh.seek(0)
             holder = fh.read().strip() or "?"
-            raise RunError(f"another specsample run (pid {holder}) holds {results_dir / LOCK_NAME}") from None
+            raise RunError(f"another specsample run (pid {holder}) holds {lock}") from None
         fh.truncate(0)
         fh.write(f"{os.getpid()}\n")
         fh.flush()
@@ -322,7 +330,7 @@ def run_tier(
     """
     checkout = checkout or repo
     commit = commit or git(checkout, "rev-parse", "HEAD")
-    with tempfile.TemporaryDirectory(prefix="specsample-asv-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="specsample-asv-") as tmp, contextlib.ExitStack() as held:
         staging = Path(tmp) / "results"
         # Seed staging with what we have for this commit, so asv merges instead of replacing.
         seeded = {}
@@ -370,6 +378,9 @@ def run_tier(
         info = write_gpu_info(Path(tmp) / "gpuinfo", machine, commit, measure_bandwidth=not interpret)
         log(f"specsample: {tier} tier at {commit[:8]} on {machine}: {' '.join(cmd[3:])}")
         start = time.monotonic()
+        # A run at the same commit on the same machine with the same code, into other results,
+        # would share the scratch directory: refused while this one holds it.
+        held.enter_context(_exclusive(scratch.with_name(scratch.name + ".lock")))
         _prepare_scratch(scratch, resume, log)
         tail = _Tail(scratch / "progress.log", log)
         try:
