@@ -140,6 +140,15 @@ def _add_noise_options(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_resume(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="replay the sweeps a stopped run (cut off before asv saved) measured at this commit, on this "
+        "box, with this code, and measure only the rest",
+    )
+
+
 def _add_machine(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--machine",
@@ -200,12 +209,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--bench", help="asv --bench regex (default: the whole tier)")
     b.add_argument("--rev", help="measure this commit from a worktree instead of the checkout")
     b.add_argument("--no-fetch", action="store_true", help="do not fetch missing vLLM releases first")
-    b.add_argument(
-        "--resume",
-        action="store_true",
-        help="replay the sweeps a stopped run (cut off before asv saved) measured at this commit, on this "
-        "box, with this code, and measure only the rest",
-    )
+    _add_resume(b)
     _add_results_dir(b)
     _add_vllm_repo(b)
     _add_gpus(b)
@@ -229,6 +233,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_machine(n)
     n.add_argument("--no-fetch", action="store_true", help="do not fetch missing vLLM releases first")
+    _add_resume(n)
     n.add_argument(
         "--no-exactness",
         action="store_true",

@@ -80,3 +80,25 @@ def test_a_cpu_smoke_run_files_its_results_outside_the_committed_ones(tmp_path):
         ["git", "check-ignore", "-q", f"{common.INTERPRETER_RESULTS}/h"], cwd=repo, capture_output=True
     )
     assert ignored.returncode == 0, f"{common.INTERPRETER_RESULTS}/ is not git-ignored"
+
+
+def test_bench_and_nightly_pass_resume_to_the_run(monkeypatch, tmp_path):
+    """``--resume`` reaches run_tier from both commands (off unless given)."""
+    from specsample.runs import asv as runs
+
+    seen = []
+    monkeypatch.setattr(runs, "run_tier", lambda tier, **kw: seen.append((tier, kw["resume"])) or [])
+    monkeypatch.setattr(bench, "_require_gpu", lambda what: None)
+    monkeypatch.setattr(bench, "_machine", lambda args: "test")
+    monkeypatch.setattr(bench, "_tier_needs", lambda tier, what: False)
+    monkeypatch.setattr(bench, "_repo_root", lambda: tmp_path)
+    monkeypatch.setattr(runs, "publish", lambda *a: None)
+    monkeypatch.setattr(bench, "build_site", lambda *a: None)
+    parser = cli.build_parser()
+    for argv in (["bench", "--no-fetch"], ["bench", "--no-fetch", "--resume"]):
+        args = parser.parse_args(argv)
+        assert args.func(args) == 0
+    for argv in (["nightly", "--no-fetch", "--no-exactness"], ["nightly", "--no-fetch", "--no-exactness", "--resume"]):
+        args = parser.parse_args(argv)
+        assert args.func(args) == 0
+    assert seen == [("nightly", False), ("nightly", True), ("nightly", False), ("nightly", True)]

@@ -180,7 +180,7 @@ def cmd_nightly(args: argparse.Namespace) -> int:
         with run_lock(results):
             # One asv run: each sweep is measured once and shared by its Latency, Derived and
             # Stages classes (benchmarks/common.py), so splitting the tier would measure it twice.
-            run_tier("nightly", repo=repo, results_dir=results, machine=machine)
+            run_tier("nightly", repo=repo, results_dir=results, machine=machine, resume=args.resume)
             if not args.no_exactness:
                 _nightly_exactness(results, machine)
             vllm_repo = os.environ.get("SPECSAMPLE_VLLM_REPO")
