@@ -371,13 +371,11 @@ def test_a_stopped_run_resumes_from_the_sweeps_it_measured(tmp_path, monkeypatch
     exactly its samples, and the results are promoted, the scratch directory removed."""
     from asv.results import Results
 
-    from specsample.runs.asv import run_scratch, run_tier
+    from specsample.runs.asv import git, run_scratch, run_tier
 
     monkeypatch.setenv("TMPDIR", str(tmp_path))
     monkeypatch.setattr(tempfile, "tempdir", None)
-    commit = subprocess.run(
-        ["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True, check=True
-    ).stdout.strip()
+    commit = git(REPO, "rev-parse", "HEAD")
     scratch = run_scratch(commit, "ci", REPO)
     assert scratch.parent == tmp_path and commit[:8] in scratch.name
     stored = fake_measurement(SWEEP, seed=3)
@@ -397,7 +395,7 @@ def test_a_stopped_run_resumes_from_the_sweeps_it_measured(tmp_path, monkeypatch
         resume=True,
         log=lines.append,
     )
-    assert any(f"resuming: 1 sweep(s)" in line and SWEEP.class_name in line for line in lines), lines
+    assert any("resuming: 1 sweep(s)" in line and SWEEP.class_name in line for line in lines), lines
     assert not any("stopped run" in line for line in lines if line.startswith("  "))  # its progress log dropped
     (result_file,) = [p for p in written if p.suffix == ".json" and p.name.startswith(commit[:8])]
     saved = Results.load(str(result_file))
@@ -457,13 +455,11 @@ def test_the_scratch_directory_follows_the_code_not_the_results(tmp_path):
 def test_a_second_run_of_the_same_commit_machine_and_code_is_refused(tmp_path, monkeypatch):
     """Two runs that would share one scratch directory (other results directories): the second
     is refused while the first holds it, and writes nothing."""
-    from specsample.runs.asv import RunError, _exclusive, run_scratch, run_tier
+    from specsample.runs.asv import RunError, _exclusive, git, run_scratch, run_tier
 
     monkeypatch.setenv("TMPDIR", str(tmp_path))
     monkeypatch.setattr(tempfile, "tempdir", None)
-    commit = subprocess.run(
-        ["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True, check=True
-    ).stdout.strip()
+    commit = git(REPO, "rev-parse", "HEAD")
     scratch = run_scratch(commit, "ci", REPO)
     with _exclusive(scratch.with_name(scratch.name + ".lock")):
         with pytest.raises(RunError, match="another specsample run"):

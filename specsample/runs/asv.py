@@ -330,7 +330,14 @@ def run_tier(
     """
     checkout = checkout or repo
     commit = commit or git(checkout, "rev-parse", "HEAD")
-    with tempfile.TemporaryDirectory(prefix="specsample-asv-") as tmp, contextlib.ExitStack() as held:
+    # The measurements the classes of a sweep share, kept until the results are promoted. A run
+    # at the same commit on the same machine with the same code, into other results, would share
+    # them: refused while this one holds them, before anything is measured or written.
+    scratch = run_scratch(commit, machine, checkout)
+    with (
+        _exclusive(scratch.with_name(scratch.name + ".lock")),
+        tempfile.TemporaryDirectory(prefix="specsample-asv-") as tmp,
+    ):
         staging = Path(tmp) / "results"
         # Seed staging with what we have for this commit, so asv merges instead of replacing.
         seeded = {}
@@ -349,8 +356,6 @@ def run_tier(
         # The measured checkout first, then whatever else the caller had on PYTHONPATH (e.g.
         # asv's own wheels on a GPU box without network): asv strips PYTHONPATH itself.
         path = os.pathsep.join(p for p in (str(checkout), os.environ.get("PYTHONPATH", "")) if p)
-        # The measurements the classes of a sweep share, kept until the results are promoted.
-        scratch = run_scratch(commit, machine, checkout)
         run_id = scratch.name.removeprefix("specsample-run-")
         env = dict(os.environ, ASV_PYTHONPATH=path, PYTHONPATH=path, SPECSAMPLE_RUN_ID=run_id)
         if interpret:
@@ -378,9 +383,6 @@ def run_tier(
         info = write_gpu_info(Path(tmp) / "gpuinfo", machine, commit, measure_bandwidth=not interpret)
         log(f"specsample: {tier} tier at {commit[:8]} on {machine}: {' '.join(cmd[3:])}")
         start = time.monotonic()
-        # A run at the same commit on the same machine with the same code, into other results,
-        # would share the scratch directory: refused while this one holds it.
-        held.enter_context(_exclusive(scratch.with_name(scratch.name + ".lock")))
         _prepare_scratch(scratch, resume, log)
         tail = _Tail(scratch / "progress.log", log)
         try:
@@ -428,7 +430,7 @@ def _resume_hint(scratch: Path, log: Callable[[str], None]) -> None:
     if kept:
         log(
             f"specsample: the run stopped before asv saved; {len(kept)} measured sweep(s) are kept in "
-            f"{scratch} ({', '.join(kept)}): `specsample bench --resume` at this commit on this box "
+            f"{scratch} ({', '.join(kept)}): `--resume` (bench or nightly) at this commit on this box "
             "replays them and measures only the rest"
         )
 
