@@ -140,6 +140,14 @@ def _add_noise_options(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_no_fetch(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--no-fetch",
+        action="store_true",
+        help="do not fetch a vLLM release the cache lacks (a box without network); default: fetch it first",
+    )
+
+
 def _add_resume(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--resume",
@@ -200,6 +208,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_path_options(c)
     c.add_argument("--samples", type=int, default=20, help="samples per subject and point")
     c.add_argument("--json", help="also write the rows to this JSON file")
+    _add_no_fetch(c)
     _add_vllm_repo(c)
     c.set_defaults(func=cmd_compare)
 
@@ -208,7 +217,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_machine(b)
     b.add_argument("--bench", help="asv --bench regex (default: the whole tier)")
     b.add_argument("--rev", help="measure this commit from a worktree instead of the checkout")
-    b.add_argument("--no-fetch", action="store_true", help="do not fetch missing vLLM releases first")
+    _add_no_fetch(b)
     _add_resume(b)
     _add_results_dir(b)
     _add_vllm_repo(b)
@@ -232,7 +241,7 @@ def build_parser() -> argparse.ArgumentParser:
         "nightly", help="bench the nightly tier, asv publish, rebuild dashboards/", formatter_class=_Formatter
     )
     _add_machine(n)
-    n.add_argument("--no-fetch", action="store_true", help="do not fetch missing vLLM releases first")
+    _add_no_fetch(n)
     _add_resume(n)
     n.add_argument(
         "--no-exactness",
@@ -333,6 +342,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_machine(s)
     s.add_argument("--report", help="also write the markdown report here")
     s.add_argument("--no-exactness", action="store_true", help="skip the exactness rows (docs/exactness.md)")
+    _add_no_fetch(s)
     _add_vllm_repo(s, refs="BASE and HEAD")
     s.set_defaults(func=cmd_signoff)
 
@@ -414,6 +424,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--commit", default=None, help="the commit the file is named after (default HEAD; a full hash needs no git)"
     )
     _add_machine(ex)
+    _add_no_fetch(ex)
     _add_vllm_repo(ex)
     ex.set_defaults(func=cmd_exactness)
 

@@ -7,7 +7,7 @@ import re
 import subprocess
 from pathlib import Path
 
-from specsample import cli
+from specsample import cli, tiers
 from specsample.commands import bench, common
 
 
@@ -102,3 +102,120 @@ def test_bench_and_nightly_pass_resume_to_the_run(monkeypatch, tmp_path):
         args = parser.parse_args(argv)
         assert args.func(args) == 0
     assert seen == [("nightly", False), ("nightly", True), ("nightly", False), ("nightly", True)]
+
+
+# ---- vLLM releases named on the command line ---------------------------------------------------
+
+
+def test_a_release_the_cache_lacks_is_fetched_once_and_a_cached_one_never(cache, tmp_path, monkeypatch, capsys):
+    """A named release missing from the cache is fetched (pip download, here a test-built wheel)
+    once, and then loads; ours, refs and cached releases are left alone."""
+    from specsample import subjects
+    from specsample.subjects.vllm import store
+    from vllm_trees import make_wheel
+
+    fetched = []
+
+    def fetch_release(version, log=print):
+        fetched.append(version)
+        return store.extract_wheel(make_wheel(tmp_path, version))
+
+    monkeypatch.setattr(store, "fetch_release", fetch_release)
+    names = ["mrv2", "vllm==9.12.0", "express@1234abcd", "vllm@main", "vllm==9.12.0"]
+    common._fetch_releases(names)
+    common._fetch_releases(names)
+    assert fetched == ["9.12.0"]
+    assert "fetching vllm==9.12.0 (--no-fetch: never)" in capsys.readouterr().out
+    subjects.get("vllm==9.12.0")  # loads from the cache now
+
+
+def test_a_release_that_cannot_be_fetched_is_bad_input_or_a_warning(cache, monkeypatch, capsys):
+    """--no-fetch fetches nothing; a failed fetch is exit 2 naming pip's reason for a release
+    the user named, and a warning for a tier (whose other releases go on)."""
+    import pytest
+
+    from specsample.subjects.base import SubjectError
+    from specsample.subjects.vllm import store
+
+    tried = []
+
+    def fetch_release(version, log=print):
+        tried.append(version)
+        raise SubjectError(f"vllm=={version}: no such release on the package index (pip says so)")
+
+    monkeypatch.setattr(store, "fetch_release", fetch_release)
+    common._fetch_releases(["vllm==9.12.0"], fetch=False)
+    assert tried == []
+    with pytest.raises(common.UsageError, match=r"could not be fetched: vllm==9\.12\.0: no such release"):
+        common._fetch_releases(["vllm==9.12.0"])
+    common._fetch_releases(["vllm==9.12.0", "vllm==9.13.0"], strict=False, why=" (the releases tier measures it)")
+    assert tried == ["9.12.0", "9.12.0", "9.13.0"]
+    err = capsys.readouterr().err
+    assert "vllm==9.12.0 not fetched" in err and "vllm==9.13.0 not fetched" in err
+
+
+class _Fetched(Exception):
+    pass
+
+
+def test_every_command_that_names_releases_fetches_them_unless_told_not_to(monkeypatch, tmp_path):
+    """compare, signoff (two releases), exactness, bench and nightly pass their releases and
+    --no-fetch to the one fetch helper before anything is measured."""
+    from specsample.commands import compare, signoff
+    from specsample.runs import asv
+
+    seen = []
+
+    def fetch(names, *, fetch=True, strict=True, why=""):
+        seen.append((sorted(n for n in names if n.startswith("vllm==")), fetch, strict))
+        raise _Fetched
+
+    for module in (compare, signoff, bench):
+        monkeypatch.setattr(module, "_fetch_releases", fetch)
+    monkeypatch.setattr(compare, "_require_gpu", lambda what: None)
+    monkeypatch.setattr(signoff, "_signoff_device", lambda args, tier: {})
+    monkeypatch.setattr(bench, "_require_gpu", lambda what: None)
+    monkeypatch.setattr(bench, "_machine", lambda args: "test")
+    monkeypatch.setattr(bench, "_tier_needs", lambda tier, what: False)
+    monkeypatch.setattr(bench, "_discover_releases", lambda: [])
+    commit = "0" * 40
+    parser = cli.build_parser()
+    runs = [
+        ["compare", "--subjects", "mrv2", "vllm==0.33.0"],
+        ["compare", "--subjects", "mrv2", "vllm==0.33.0", "--no-fetch"],
+        ["signoff", "vllm==0.33.0", "vllm==0.34.0"],
+        ["signoff", "vllm==0.33.0", "vllm==0.34.0", "--no-fetch"],
+        ["exactness", "--subjects", "vllm==0.34.0", "planted", "--device", "cpu", "--commit", commit],
+        ["exactness", "--subjects", "vllm==0.34.0", "--device", "cpu", "--commit", commit, "--no-fetch"],
+        ["bench", "--tier", "releases"],
+        ["nightly"],
+    ]
+    for argv in runs:
+        args = parser.parse_args(argv)
+        try:
+            args.func(args)
+        except _Fetched:
+            continue
+        raise AssertionError(f"{argv} did not reach the fetch")
+    assert seen[:6] == [
+        (["vllm==0.33.0"], True, True),
+        (["vllm==0.33.0"], False, True),
+        (["vllm==0.33.0", "vllm==0.34.0"], True, True),
+        (["vllm==0.33.0", "vllm==0.34.0"], False, True),
+        (["vllm==0.34.0"], True, True),
+        (["vllm==0.34.0"], False, True),
+    ]
+    # The tiers: every release they measure, a failed one a warning (the sweep goes on).
+    assert seen[6:] == [
+        ([f"vllm=={v}" for v in sorted(tiers.MRV2_RELEASES)], True, False),
+        (["vllm==0.30.0", tiers.NEWEST_RELEASE], True, False),
+    ]
+    # With --no-fetch bench and nightly never reach it.
+    for argv in (["bench", "--tier", "releases", "--no-fetch"], ["nightly", "--no-fetch"]):
+        monkeypatch.setattr(asv, "run_lock", lambda results: (_ for _ in ()).throw(_Fetched()))
+        args = parser.parse_args(argv)
+        try:
+            args.func(args)
+        except _Fetched:
+            pass
+    assert len(seen) == 8

@@ -13,6 +13,7 @@ from ..schema import CPU_INTERPRETER_MACHINE, parse_subject
 from .common import (
     INTERPRETER_RESULTS,
     UsageError,
+    _fetch_releases,
     _machine,
     _repo_root,
     _require_gpu,
@@ -27,24 +28,10 @@ from .common import (
 
 def _fetch_tier_releases(tier: str) -> None:
     """The vLLM releases a tier measures, fetched into the cache if missing (network needed)."""
-    from ..subjects.vllm import store
     from ..tiers import sweeps
 
-    wanted = sorted(
-        {
-            parse_subject(s).version
-            for sw in sweeps(tier)
-            for s in sw.subjects
-            if parse_subject(s).kind == "vllm-release"
-        }
-    )
-    missing = [v for v in wanted if v not in store.cached_releases()]
-    for version in missing:
-        print(f"specsample: fetching vllm=={version} (the {tier} tier measures it)", flush=True)
-        try:
-            store.fetch_release(version)
-        except Exception as exc:  # noqa: BLE001 - measured as failed points if it cannot be had
-            print(f"specsample: vllm=={version} not fetched ({exc}); its points will fail", file=sys.stderr)
+    names = sorted({s for sw in sweeps(tier) for s in sw.subjects})
+    _fetch_releases(names, strict=False, why=f" (the {tier} tier measures it)")
 
 
 def _results_dir(args: argparse.Namespace, repo: Path, interpret: bool) -> Path:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from pathlib import Path
 
 from ..schema import parse_subject
@@ -79,6 +80,30 @@ def _set_vllm_repo(args: argparse.Namespace) -> None:
         if not Path(repo).is_dir():
             raise UsageError(f"--vllm-repo: {repo} is not a directory")
         os.environ["SPECSAMPLE_VLLM_REPO"] = str(Path(repo).resolve())
+
+
+def _fetch_releases(names: list[str], *, fetch: bool = True, strict: bool = True, why: str = "") -> None:
+    """Fetch each vLLM release among ``names`` that the cache lacks (``pip download`` of its wheel,
+    then its sampler's files extracted: seconds a release), so that a release named on the
+    command line works on a fresh machine. ``fetch=False`` (``--no-fetch``: a box without network,
+    whose cache was carried to it) fetches nothing, and a missing release is then the loader's
+    error, which says how to fetch it. A release that cannot be fetched is bad input when
+    ``strict`` (exit 2, with pip's reason); otherwise a warning, and its points fail (a tier that
+    measures many releases goes on without it). ``why``: what measures them, for the message."""
+    from ..subjects.vllm import store
+
+    if not fetch:
+        return
+    versions = [parse_subject(n).version for n in names if parse_subject(n).kind == "vllm-release"]
+    cached = set(store.cached_releases())
+    for version in dict.fromkeys(v for v in versions if v not in cached):
+        print(f"specsample: fetching vllm=={version}{why} (--no-fetch: never)", flush=True)
+        try:
+            store.fetch_release(version, log=lambda line: None)
+        except Exception as exc:  # noqa: BLE001 - pip's failure, a bad wheel: the release cannot be had
+            if strict:
+                raise UsageError(f"vllm=={version} is not in the cache and could not be fetched: {exc}") from None
+            print(f"specsample: vllm=={version} not fetched ({exc}); its points will fail", file=sys.stderr)
 
 
 def _resolve_subjects(names: list[str]) -> None:

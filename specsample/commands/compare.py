@@ -7,7 +7,7 @@ import itertools
 import json
 from pathlib import Path
 
-from .common import UsageError, _require_gpu, _resolve_subjects, _set_vllm_repo, _subject_names
+from .common import UsageError, _fetch_releases, _require_gpu, _resolve_subjects, _set_vllm_repo, _subject_names
 
 # ---- compare ---------------------------------------------------------------------------------
 
@@ -21,6 +21,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     paths = _path_grid(args)  # bad path input is a usage error before anything else
     _check_path_requests(paths, names)
     _require_gpu("specsample compare")
+    _fetch_releases(names, fetch=not args.no_fetch)
     _resolve_subjects(names)
     grid = itertools.product(args.mode, args.draft, args.num_reqs, args.K, args.vocab_size, args.phi)
     units = []

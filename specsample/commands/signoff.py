@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 from pathlib import Path
 
 from ..schema import CPU_INTERPRETER_MACHINE, parse_subject
 from .common import (
     UsageError,
+    _fetch_releases,
     _machine,
     _repo_root,
     _require_gpu,
@@ -60,9 +60,15 @@ def cmd_signoff(args: argparse.Namespace) -> int:
                     "subjects as BASE HEAD the points are those of the tier's mrv2"
                 )
             base, head = (_as_ref_subject(x, args.vllm_repo) for x in (args.base, args.head))
+            # A release the cache lacks is fetched once the GPU is known to be there.
+            releases = [n for n in (base, head) if parse_subject(n).kind == "vllm-release"]
             for name in (base, head):
-                resolve.check_subject(name)
+                if name not in releases:
+                    resolve.check_subject(name)
             where = _signoff_device(args, tier)
+            _fetch_releases(releases, fetch=not args.no_fetch)
+            for name in releases:
+                resolve.check_subject(name)
             result = paired.signoff_subjects(base, head, **where, **common)
         else:
             repo = _repo_root()
@@ -129,6 +135,7 @@ def cmd_exactness(args: argparse.Namespace) -> int:
     full = args.commit is not None and len(args.commit) == 40 and all(c in "0123456789abcdef" for c in args.commit)
     commit = args.commit if full else _rev(args.commit or "HEAD")
     _set_vllm_repo(args)
+    _fetch_releases([n for n in names if n != exactness.PLANTED], fetch=not args.no_fetch)
     out = Path(args.results_dir) / machine / f"{commit[:8]}{exactness.SUFFIX}"
     rows = exactness.run(
         names,
