@@ -67,3 +67,30 @@ def test_smoke_tier_runs_and_loads(tmp_path, monkeypatch):
     smoke = df[df["tier"] == "smoke"]
     assert len(smoke) == sum(len(s.points()) for s in sweeps("smoke")) and (smoke["status"] == "ok").all()
     assert (smoke["value"] > 0).all()
+
+
+def test_the_tier_table_in_the_docs_counts_what_the_tiers_declare():
+    """docs/measurement.md's tier table lists each tier's sweeps with their points, and the asv
+    results they make (a Latency point: time_sample and three track_ metrics; a derived-only
+    point: three; a stage point and a smoke point: one), as tiers.py declares them now."""
+    from specsample.schema import TIERS
+
+    rows = {}
+    for line in (REPO / "docs" / "measurement.md").read_text().splitlines():
+        if line.startswith("| `"):
+            cells = [c.strip() for c in line.strip("|").split("|")]
+            rows[cells[0].strip("`")] = cells
+    assert set(rows) == set(TIERS)
+    for tier, (_, listed, results, _) in rows.items():
+        declared = [
+            f"{s.name} ({len(s.points())}"
+            + (", derived only" if s.kind == "sampler" and not s.latency and tier != "smoke" else "")
+            + ")"
+            for s in sweeps(tier)
+        ]
+        count = sum(
+            len(s.points()) * (1 if tier == "smoke" or s.kind == "stages" else 4 if s.latency else 3)
+            for s in sweeps(tier)
+        )
+        assert listed.split(":")[0] == ", ".join(declared), tier
+        assert int(results) == count, tier
