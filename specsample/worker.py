@@ -10,7 +10,11 @@ line by line. The worker says which subject it is about to run before each step
 
 - that subject's point is recorded as ``crashed`` with the reason (the CUDA error, the signal, or
   the stall);
-- a fresh worker goes on with the other subjects of that point and the points after it;
+- a fresh worker goes on with the other subjects of that point and the points after it. A crash
+  costs the set-up (load, first call, check) of every subject run before it in that worker, so
+  the fresh worker runs first, at every point, the subjects that crashed in this job (the most
+  recent first: a release that faults on a workload faults on its neighbours), and at the crashed
+  point the subjects not yet run there before those already set up once;
 - a subject that crashed ``JobOptions.max_crashes`` times in one verification mode and draft
   kind is not run again there in this job (its remaining points there are recorded as crashed,
   saying so; its other modes and draft kinds go on: a release that faults with draft logits may
@@ -179,7 +183,7 @@ def _run_shard(pending, options, outcome, crash_count, python, log, total, gpu=N
             break
         with lock:
             outcome.workers += 1
-        done_keys, crash = _run_worker(pending, options, outcome, python, say, total, gpu, lock)
+        done_keys, crash, started = _run_worker(pending, options, outcome, python, say, total, gpu, lock)
         pending = [u for u in pending if u.key not in done_keys]
         if crash is None:
             if not pending:
@@ -207,6 +211,9 @@ def _run_shard(pending, options, outcome, crash_count, python, log, total, gpu=N
             crash_count[where] = crash_count.get(where, 0) + 1
         say(f"specsample worker: {name} ({subject}) crashed at {_label(unit.point)}: {reason}")
         pending = [_replace_subjects(u, [n for n in u.names if n != name]) if u.key == key else u for u in pending]
+        with lock:
+            latest = {s: i for i, (_, s, _) in enumerate(outcome.crashes)}
+        pending = [_crashed_first(u, latest, started if u.key == key else ()) for u in pending]
     return []
 
 
@@ -217,6 +224,23 @@ def _default_log(line: str) -> None:
 def _replace_subjects(unit: Unit, keep: list[str]) -> Unit:
     """``unit`` with only the subjects whose records are called ``keep``."""
     pairs = [(s, n) for s, n in zip(unit.subjects, unit.names) if n in keep]
+    labels = tuple(n for _, n in pairs) if unit.labels else None
+    return Unit(unit.key, unit.point, tuple(s for s, _ in pairs), unit.kind, labels)
+
+
+def _crashed_first(unit: Unit, latest: dict[str, int], started: Sequence[str] = ()) -> Unit:
+    """``unit`` with the subjects that crashed in this job first, the most recent crash first
+    (``latest``: subject -> index of its last crash), then those not in ``started`` (the records
+    that began a step at this point in the worker that just died), then the rest; otherwise in
+    its own order."""
+
+    def rank(pair: tuple[int, tuple[str, str]]) -> tuple[int, int, int]:
+        i, (subject, name) = pair
+        if subject in latest:
+            return (0, -latest[subject], i)
+        return (2 if name in started else 1, 0, i)
+
+    pairs = [pair for _, pair in sorted(enumerate(zip(unit.subjects, unit.names)), key=rank)]
     labels = tuple(n for _, n in pairs) if unit.labels else None
     return Unit(unit.key, unit.point, tuple(s for s, _ in pairs), unit.kind, labels)
 
@@ -248,7 +272,7 @@ def _without_banned(unit: Unit, outcome: Outcome, crash_count: dict[str, int], o
 
 def _run_worker(units, options, outcome, python, log, total, gpu=None, lock=None):
     """One worker over ``units`` (pinned to ``gpu`` when given); returns (keys finished, crash
-    or None)."""
+    or None, the records that began a step at the crashed point, in order)."""
     lock = lock or contextlib.nullcontext()
     with tempfile.TemporaryDirectory(prefix="specsample-worker-") as tmp:
         job = Path(tmp) / "job.json"
@@ -279,6 +303,7 @@ def _run_worker(units, options, outcome, python, log, total, gpu=None, lock=None
             t.start()
         done: set[str] = set()
         current_key, current_subject = None, None
+        started: dict[str, list[str]] = {}  # unit key -> the records that began a step there
         crash = None
         while True:
             try:
@@ -292,6 +317,9 @@ def _run_worker(units, options, outcome, python, log, total, gpu=None, lock=None
             kind = event.get("event")
             if kind == "phase":
                 current_key, current_subject = event["key"], event["subject"]
+                names = started.setdefault(current_key, [])
+                if current_subject not in names:
+                    names.append(current_subject)
             elif kind == "gpu":
                 with lock:
                     outcome.gpu = event["gpu"]
@@ -326,7 +354,7 @@ def _run_worker(units, options, outcome, python, log, total, gpu=None, lock=None
                 current_subject,
                 f"{why}: {tail}" if tail else why,
             )
-        return done, crash
+        return done, crash, started.get(crash[0], []) if crash else []
 
 
 def _read_events(stream, events: queue.Queue) -> None:

@@ -385,6 +385,43 @@ def test_a_crash_with_one_draft_kind_does_not_stop_the_other(tmp_path, cache):
     assert "not run" in outcome.records["u/2"]["vllm==9.12.0"]["reason"]
 
 
+def test_after_a_crash_the_subjects_likeliest_to_crash_run_first(tmp_path, cache, monkeypatch):
+    """A crash costs the set-up of every subject run before it in that worker: the fresh worker
+    starts the crashed point with the subjects not yet run there, and every later point with
+    the subjects that crashed, the most recent first; each point still gets every record."""
+    _fetch(tmp_path, "9.12.0", misbehave="exit")
+    _fetch(tmp_path, "9.13.0", misbehave="exit")
+    subjects_ = ("mrv2", "vllm==9.12.0", "vllm==9.13.0", "fast")
+    units = [worker.Unit(u.key, u.point, subjects_) for u in _units((0.5, 0.5))]
+    given, real = [], worker._run_worker
+
+    def run_worker(units, *args, **kwargs):
+        done, crash, started = real(units, *args, **kwargs)
+        given.append(([(u.key, u.subjects) for u in units], crash[:2] if crash else None, started))
+        return done, crash, started
+
+    monkeypatch.setattr(worker, "_run_worker", run_worker)
+    outcome = worker.run_units(units, OPTIONS, log=lambda line: None)
+    first, second = (("u/0", "vllm==9.12.0"), ("u/0", "vllm==9.13.0"))
+    assert given[0][1:] == (first, ["mrv2", "vllm==9.12.0"])
+    # At the crashed point: 9.13.0 and fast were not yet run there, mrv2 was; the crasher leads
+    # the next point.
+    assert given[1][0] == [
+        ("u/0", ("vllm==9.13.0", "fast", "mrv2")),
+        ("u/1", ("vllm==9.12.0", "mrv2", "vllm==9.13.0", "fast")),
+    ]
+    # It crashed before any other subject ran again (mrv2's output, which every point is judged
+    # against, runs first at each point).
+    assert given[1][1:] == (second, ["mrv2", "vllm==9.13.0"])
+    assert given[2][0][1] == ("u/1", ("vllm==9.13.0", "vllm==9.12.0", "mrv2", "fast"))
+    assert [g[1] for g in given[2:]] == [("u/1", "vllm==9.13.0"), ("u/1", "vllm==9.12.0"), None]
+    assert given[3][0] == [("u/1", ("vllm==9.12.0", "fast", "mrv2"))] and given[3][2] == ["mrv2", "vllm==9.12.0"]
+    for key in ("u/0", "u/1"):
+        records = outcome.records[key]
+        assert set(records) == set(subjects_)
+        assert [records[s]["status"] for s in subjects_] == ["ok", "crashed", "crashed", "ok"]
+
+
 def test_a_subject_that_hangs_is_recorded_as_hung(tmp_path, cache):
     _fetch(tmp_path, "9.12.0", misbehave="hang")
     # the stall limit must cover the worker's own start (torch import) and the interpreter's run
