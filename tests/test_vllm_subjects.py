@@ -136,6 +136,17 @@ def test_vllm_list_of_a_corrupt_cache_entry_is_one_line_and_exit_2(tmp_path, cac
     assert capsys.readouterr().err.startswith("specsample vllm list: vllm==9.3.0: corrupt cache entry")
 
 
+def test_vllm_list_of_an_empty_cache_says_how_releases_get_there(tmp_path, cache, capsys):
+    from specsample import cli
+
+    assert cli.main(["vllm", "list"]) == 0
+    assert "no vLLM release cached; `specsample vllm fetch X.Y.Z`" in capsys.readouterr().out
+    _fetch(tmp_path, "9.3.0")
+    assert cli.main(["vllm", "list"]) == 0
+    out = capsys.readouterr().out
+    assert "no vLLM release cached" not in out and "vllm==9.3.0: " in out
+
+
 def test_a_release_not_in_the_cache_says_how_to_fetch_it(cache):
     with pytest.raises(
         subjects.SubjectError, match=r"vllm==0\.30\.0 is not in the cache.*specsample vllm fetch 0\.30\.0"

@@ -41,7 +41,12 @@ def cmd_vllm_list(args: argparse.Namespace) -> int:
     from ..subjects.vllm import store
 
     print(f"cache: {cache_root()}")
-    for version in store.cached_releases():
+    cached = store.cached_releases()
+    if not cached:
+        print(
+            "no vLLM release cached; `specsample vllm fetch X.Y.Z` fetches one, and a command that names one fetches it"
+        )
+    for version in cached:
         # Exit 1 of --index means "a newer release exists" to the nightly glue, so a bad cache
         # entry must not end in a traceback (exit 1): one line, exit 2.
         try:
