@@ -339,7 +339,10 @@ def _run_worker(units, options, outcome, python, log, total, gpu=None, lock=None
                 done.add(event["key"])
                 unit = next(u for u in units if u.key == event["key"])
                 elapsed = time.monotonic() - outcome.started
-                log(f"[{finished}/{total}] {_label(unit.point)}  {_summary(event['records'])}  ({elapsed:.0f} s)")
+                log(
+                    f"[{finished}/{total}] {_label(unit.point)}  {_summary(event['records'])}  "
+                    f"({_elapsed(elapsed, finished, total)})"
+                )
                 current_key, current_subject = None, None
             elif kind == "crash":
                 crash = (event["key"], event.get("subject"), event["reason"])
@@ -390,6 +393,13 @@ def _exit_reason(code: int) -> str:
         except ValueError:
             return f"killed by signal {-code}"
     return f"exited with code {code}"
+
+
+def _elapsed(seconds: float, finished: int, total: int) -> str:
+    """The time a job has run, and what is left at its pace so far (crashed points are slower)."""
+    if finished >= total:
+        return f"{seconds:.0f} s"
+    return f"{seconds:.0f} s, about {seconds / finished * (total - finished):.0f} s left"
 
 
 def _label(point: dict) -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -412,7 +413,11 @@ def test_after_a_crash_the_subjects_likeliest_to_crash_run_first(tmp_path, cache
         return done, crash, started
 
     monkeypatch.setattr(worker, "_run_worker", run_worker)
-    outcome = worker.run_units(units, OPTIONS, log=lambda line: None)
+    lines = []
+    outcome = worker.run_units(units, OPTIONS, log=lines.append)
+    progress = [line for line in lines if line.startswith("[")]
+    assert re.fullmatch(r"\[1/2\] .* \(\d+ s, about \d+ s left\)", progress[0]), progress
+    assert re.fullmatch(r"\[2/2\] .* \(\d+ s\)", progress[1]), progress
     first, second = (("u/0", "vllm==9.12.0"), ("u/0", "vllm==9.13.0"))
     assert given[0][1:] == (first, ["mrv2", "vllm==9.12.0"])
     # At the crashed point: 9.13.0 and fast were not yet run there, mrv2 was; the crasher leads
