@@ -7,6 +7,8 @@ import re
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from specsample import cli, tiers
 from specsample.commands import bench, common
 
@@ -132,8 +134,6 @@ def test_a_release_the_cache_lacks_is_fetched_once_and_a_cached_one_never(cache,
 def test_a_release_that_cannot_be_fetched_is_bad_input_or_a_warning(cache, monkeypatch, capsys):
     """--no-fetch fetches nothing; a failed fetch is exit 2 naming pip's reason for a release
     the user named, and a warning for a tier (whose other releases go on)."""
-    import pytest
-
     from specsample.subjects.base import SubjectError
     from specsample.subjects.vllm import store
 
@@ -210,6 +210,11 @@ def test_every_command_that_names_releases_fetches_them_unless_told_not_to(monke
         ([f"vllm=={v}" for v in sorted(tiers.MRV2_RELEASES)], True, False),
         (["vllm==0.30.0", tiers.NEWEST_RELEASE], True, False),
     ]
+    # A release beside something that is not a subject is bad input before any fetch.
+    args = parser.parse_args(["signoff", "vllm==0.33.0", "HEAD"])
+    with pytest.raises(common.UsageError, match="got 'HEAD'"):
+        args.func(args)
+    assert len(seen) == 8
     # With --no-fetch bench and nightly never reach it.
     for argv in (["bench", "--tier", "releases", "--no-fetch"], ["nightly", "--no-fetch"]):
         monkeypatch.setattr(asv, "run_lock", lambda results: (_ for _ in ()).throw(_Fetched()))

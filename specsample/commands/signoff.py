@@ -61,7 +61,7 @@ def cmd_signoff(args: argparse.Namespace) -> int:
                 )
             base, head = (_as_ref_subject(x, args.vllm_repo) for x in (args.base, args.head))
             # A release the cache lacks is fetched once the GPU is known to be there.
-            releases = [n for n in (base, head) if parse_subject(n).kind == "vllm-release"]
+            releases = [n for n in (base, head) if _is_subject(n) and parse_subject(n).kind == "vllm-release"]
             for name in (base, head):
                 if name not in releases:
                     resolve.check_subject(name)
