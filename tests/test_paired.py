@@ -158,9 +158,20 @@ def test_unknown_commits_and_subjects_are_refused_naming_them(repo, capsys, monk
     assert main(["signoff", "nope", "HEAD", "--tier", "smoke"]) == 2
     err = capsys.readouterr().err
     assert "specsample signoff: 'nope' is not a commit of" in err and "newest commits: " in err
-    assert main(["signoff", "vllm==0.99.0", "vllm==0.33.0", "--tier", "smoke"]) == 2
+    assert main(["signoff", "vllm==0.99.0", "vllm==0.33.0", "--tier", "smoke", "--no-fetch"]) == 2
     err = capsys.readouterr().err
     assert "vllm==0.99.0 is not in the cache" in err and "known subjects: mrv2, fast" in err
+    # Without --no-fetch the release is fetched first, and the index's answer is the error.
+    from specsample.subjects.base import SubjectError
+    from specsample.subjects.vllm import store
+
+    def no_such_release(version, log=print):
+        raise SubjectError(f"vllm=={version}: no such release on the package index")
+
+    monkeypatch.setattr(store, "fetch_release", no_such_release)
+    assert main(["signoff", "vllm==0.99.0", "vllm==0.33.0", "--tier", "smoke"]) == 2
+    err = capsys.readouterr().err
+    assert "vllm==0.99.0 is not in the cache and could not be fetched: vllm==0.99.0: no such release" in err
     assert main(["signoff", "HEAD", "HEAD", "--tier", "smoke", "--subjects", "nosuch"]) == 2
     assert "subject: nosuch not measured" in capsys.readouterr().err
 
