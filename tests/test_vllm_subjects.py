@@ -12,6 +12,7 @@ import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -243,6 +244,33 @@ def test_two_releases_live_in_one_process(tmp_path, cache, device):
         call = s.prepare(W, device)
         markers.append(call.call.fn.func.__globals__["MARKER"])
     assert markers == [1, 2, 1]
+
+
+def test_the_installed_vllm_is_read_where_it_lies_edits_included(tmp_path, cache, device, monkeypatch):
+    """``vllm``: the vLLM this environment would import, read in place without running its
+    ``__init__``; with an editable install of a checkout that is its working tree, so an edit
+    not committed is what the next load runs."""
+    import importlib
+
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if not (Path(p) / "vllm").is_dir()])
+    with pytest.raises(subjects.SubjectError, match="vllm: no vLLM is installed in this environment"):
+        subjects.get("vllm")
+    site = tmp_path / "checkout"
+    for path, text in tree_files(marker=7).items():
+        (site / path).parent.mkdir(parents=True, exist_ok=True)
+        (site / path).write_text(text)
+    monkeypatch.syspath_prepend(str(site))  # what an editable install's path entry does
+    importlib.invalidate_caches()
+    subject = subjects.get("vllm")
+    assert subject.provenance["kind"] == "vllm-installed" and subject.provenance["location"] == str(site)
+    assert set(subject.provenance["files"]) == {ROOT, "vllm/v1/worker/gpu/sample/helper.py"}
+    assert subject.prepare(W, device).call.fn.func.__globals__["MARKER"] == 7
+    inputs = make_inputs(W, device=device)
+    out = subject.run(W, device, inputs)
+    assert semantics.classify(inputs, out, subjects.get("mrv2").run(W, device, inputs)).semantics == "same draws"
+    (site / ROOT).write_text(tree_files(marker=8)[ROOT])  # edited in place: no commit, no reinstall
+    subjects._resolve.cache_clear()
+    assert subjects.get("vllm").prepare(W, device).call.fn.func.__globals__["MARKER"] == 8
 
 
 def test_a_module_that_raises_on_import_is_a_clear_error(tmp_path, cache):

@@ -56,7 +56,7 @@ class Entry:
         return self.manifest.get("stand_ins", {})
 
     def provenance(self) -> dict:
-        keep = ("kind", "release", "ref", "commit", "wheel", "wheel_sha256", "files", "stand_ins")
+        keep = ("kind", "release", "ref", "commit", "location", "wheel", "wheel_sha256", "files", "stand_ins")
         return {k: self.manifest[k] for k in keep if k in self.manifest}
 
 
