@@ -159,8 +159,8 @@ class _Fetched(Exception):
 
 
 def test_every_command_that_names_releases_fetches_them_unless_told_not_to(monkeypatch, tmp_path):
-    """compare, signoff (two releases), exactness, bench and nightly pass their releases and
-    --no-fetch to the one fetch helper before anything is measured."""
+    """compare, signoff (two releases), exactness, bench, nightly and backfill pass their releases
+    and --no-fetch to the one fetch helper before anything is measured."""
     from specsample.commands import compare, signoff
     from specsample.runs import asv
 
@@ -189,6 +189,7 @@ def test_every_command_that_names_releases_fetches_them_unless_told_not_to(monke
         ["exactness", "--subjects", "vllm==0.34.0", "--device", "cpu", "--commit", commit, "--no-fetch"],
         ["bench", "--tier", "releases"],
         ["nightly"],
+        ["backfill", "vllm==0.33.0"],
     ]
     for argv in runs:
         args = parser.parse_args(argv)
@@ -206,15 +207,16 @@ def test_every_command_that_names_releases_fetches_them_unless_told_not_to(monke
         (["vllm==0.34.0"], False, True),
     ]
     # The tiers: every release they measure, a failed one a warning (the sweep goes on).
-    assert seen[6:] == [
+    assert seen[6:8] == [
         ([f"vllm=={v}" for v in sorted(tiers.MRV2_RELEASES)], True, False),
         (["vllm==0.30.0", tiers.NEWEST_RELEASE], True, False),
     ]
+    assert seen[8] == (["vllm==0.33.0"], True, True)  # backfill's named releases: exit 2 if not had
     # A release beside something that is not a subject is bad input before any fetch.
     args = parser.parse_args(["signoff", "vllm==0.33.0", "HEAD"])
     with pytest.raises(common.UsageError, match="got 'HEAD'"):
         args.func(args)
-    assert len(seen) == 8
+    assert len(seen) == 9
     # With --no-fetch bench and nightly never reach it.
     for argv in (["bench", "--tier", "releases", "--no-fetch"], ["nightly", "--no-fetch"]):
         monkeypatch.setattr(asv, "run_lock", lambda results: (_ for _ in ()).throw(_Fetched()))
@@ -223,4 +225,4 @@ def test_every_command_that_names_releases_fetches_them_unless_told_not_to(monke
             args.func(args)
         except _Fetched:
             pass
-    assert len(seen) == 8
+    assert len(seen) == 9

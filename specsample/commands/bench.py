@@ -110,13 +110,7 @@ def cmd_backfill(args: argparse.Namespace) -> int:
             raise UsageError(
                 f"backfill: {', '.join(unknown)} not in the releases tier (MRV2 releases: {', '.join(MRV2_RELEASES)})"
             )
-        from ..subjects.vllm import fetch
-
-        for name in releases:
-            try:
-                fetch([parse_subject(name).version])
-            except Exception as exc:  # noqa: BLE001
-                raise UsageError(f"backfill: {exc}") from None
+        _fetch_releases(releases)
     try:
         with run_lock(results):
             done = backfill(commits, repo=repo, results_dir=results, machine=machine, tier=args.tier) if commits else []
