@@ -94,9 +94,9 @@ def _fetch_releases(names: list[str], *, fetch: bool = True, strict: bool = True
 
     if not fetch:
         return
-    versions = [parse_subject(n).version for n in names if parse_subject(n).kind == "vllm-release"]
+    parsed = [parse_subject(n) for n in names]
     cached = set(store.cached_releases())
-    for version in dict.fromkeys(v for v in versions if v not in cached):
+    for version in dict.fromkeys(p.version for p in parsed if p.kind == "vllm-release" and p.version not in cached):
         print(f"specsample: fetching vllm=={version}{why} (--no-fetch: never)", flush=True)
         try:
             store.fetch_release(version, log=lambda line: None)

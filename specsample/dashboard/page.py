@@ -145,7 +145,8 @@ def write_releases(
 ) -> Path:
     """``out_dir/releases.html``: the fastest release per mode, the placeholder change between
     releases, the newest release against ours, replica fidelity, faults and semantics, latency
-    over releases, paths per release, changes between releases, exactness, provenance. ``machine_links`` as for the index."""
+    over releases, paths per release, changes between releases, exactness, provenance.
+    ``machine_links`` as for the index."""
     releases = changepoints.release_order(rows["release"].dropna()) if not rows.empty else []
     dated = list(commit_order(rows.dropna(subset=["commit"]))["commit"]) if not rows.empty else []  # oldest first
     commits = sorted(dated)
